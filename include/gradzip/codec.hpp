@@ -1,0 +1,304 @@
+/**
+ * @file codec.hpp
+ * @brief `gradzip::codec<Structure, Values, Indices>`: stage policies composed into one codec.
+ *
+ * A codec turns a dense gradient into one self-describing payload (see docs/format.md) and
+ * back. The stages run in order: the structure stage chooses what to send (`sparsify::topk`),
+ * the values stage encodes the chosen values (`quantize::none` sends them unchanged), and the
+ * indices stage encodes the chosen indices (`encode::coo`). A codec is a small trivially
+ * copyable value; the executor it is called with owns the scratch memory.
+ *
+ * Every call takes an executor first: `gradzip::host` (this header) or `gradzip::cuda`
+ * (`gradzip/core/cuda.cuh`, which adds the CUDA backends). Both produce the same bytes.
+ *
+ * @code
+ * gradzip::codec<gradzip::sparsify::topk> c{gradzip::sparsify::topk::ratio(0.01)};
+ * gradzip::host exec;
+ * std::vector<std::byte> out(c.max_compressed_bytes<float>(grad.size()));
+ * std::size_t bytes = c.compress(exec, gradzip::span<const float>(grad), gradzip::span<std::byte>(out));
+ * c.decompress_add(exec, gradzip::span<const std::byte>(out.data(), bytes), gradzip::span<float>(accum));
+ * @endcode
+ */
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/core/span.hpp"
+#include "gradzip/detail/host/topk.hpp"
+#include "gradzip/detail/values.hpp"
+#include "gradzip/encode/coo.hpp"
+#include "gradzip/quantize/none.hpp"
+#include "gradzip/sparsify/topk.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip {
+
+namespace detail {
+
+/// What a validated explicit-index payload holds: where its indices and values are.
+struct explicit_view {
+  wire::header header;
+  std::uint64_t count = 0;  // selected elements k
+  int index_width = 0;
+  const std::uint8_t* indices = nullptr;
+  const std::uint8_t* values = nullptr;
+};
+
+/// Writes selected elements straight into the payload: the index via the index stage, the value
+/// unchanged (values stage `none`).
+template <class T, class Indices>
+struct explicit_sink {
+  std::uint8_t* indices;
+  int index_width;
+  std::uint8_t* values;
+
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
+    Indices::store(indices, index_width, pos, index);
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<T*>(values)[pos] = value;
+#else
+    std::memcpy(values + pos * sizeof(T), &value, sizeof(T));
+#endif
+  }
+};
+
+/// structure_backend<Exec, Structure>: how an executor runs a structure stage. Specialized for
+/// the host below and for CUDA in gradzip/core/cuda.cuh.
+template <class Exec, class Structure>
+struct structure_backend;
+
+template <>
+struct structure_backend<host, sparsify::topk> {
+  template <class T>
+  static std::size_t workspace_bytes(host& exec, std::size_t n) {
+    return host_topk_workspace_bytes<T>(exec, n);
+  }
+  template <class T, class Sink>
+  static void select(host& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,
+                     const Sink& sink) {
+    host_topk(exec, x, k, sink);
+  }
+};
+
+/// payload_backend<Exec>: writing a payload's frame and decoding payloads on an executor.
+template <class Exec>
+struct payload_backend;
+
+}  // namespace detail
+
+template <class Structure, class Values = quantize::none, class Indices = encode::coo>
+class codec {
+  static_assert(std::is_trivially_copyable_v<Structure> && std::is_trivially_copyable_v<Values> &&
+                    std::is_trivially_copyable_v<Indices>,
+                "codec: stage policies must be trivially copyable value types");
+  static_assert(Structure::explicit_indices,
+                "codec: this structure stage sends no explicit indices, which the foundation "
+                "codec does not support yet");
+  static_assert(std::is_same_v<Values, quantize::none>,
+                "codec: values stage must be quantize::none (the only values stage so far)");
+  static_assert(Indices::id != 0, "codec: the structure stage sends explicit indices, so the "
+                                  "indices stage must encode them (e.g. encode::coo)");
+
+ public:
+  using structure_type = Structure;
+  using values_type = Values;
+  using indices_type = Indices;
+
+  static constexpr wire::codec_id id{0, Structure::id, Values::id, Indices::id};
+  /// Parameters section: the selected count (u64), then each stage's parameter bytes.
+  static constexpr std::uint64_t params_bytes = 8 + Values::param_bytes + Indices::param_bytes;
+
+  constexpr codec() = default;
+  explicit constexpr codec(Structure s, Values v = {}, Indices i = {})
+      : structure_(s), values_(v), indices_(i) {}
+
+  const Structure& structure() const noexcept { return structure_; }
+
+  /// The payload layout for n elements of type `type` with k selected.
+  static wire::payload_layout layout(element_type type, std::uint64_t n, std::uint64_t k) {
+    wire::payload_layout l;
+    l.add(wire::tag::params, params_bytes);
+    l.add(wire::tag::indices, Indices::section_bytes(k, n));
+    l.add(wire::tag::values, k * element_size(type));
+    return l;
+  }
+
+  /// An upper bound on the payload bytes for n elements of type T (exact for top-k).
+  template <class T>
+  std::size_t max_compressed_bytes(std::size_t n) const {
+    return layout(element_traits<T>::type, n, structure_.selected_count(n)).total_bytes();
+  }
+
+  /// Scratch bytes `compress` needs on `exec` for n elements of T; `exec.reserve` it up front to
+  /// make the first call allocation-free as well.
+  template <class T, class Exec>
+  std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
+    return detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
+  }
+
+  /**
+   * Compresses `input` into `out` and returns the payload's size in bytes. `out` must hold
+   * max_compressed_bytes<T>(input.size()) bytes and, for the CUDA executor, be 16-byte aligned
+   * device memory. Asynchronous on a CUDA stream; allocates nothing once the executor's scratch
+   * has grown to workspace_bytes.
+   */
+  template <class Exec, class T>
+  std::size_t compress(Exec& exec, span<const T> input, span<std::byte> out) const {
+    static_assert(is_element_v<T>, "codec::compress: input must be float, double, __half or "
+                                   "__nv_bfloat16");
+    const std::uint64_t n = input.size();
+    const std::uint64_t k = structure_.selected_count(n);
+    const wire::payload_layout l = layout(element_traits<T>::type, n, k);
+    GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "compress: output buffer holds ", out.size(),
+                    " bytes, the payload needs ", l.total_bytes());
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k);
+    const detail::explicit_sink<T, Indices> sink{base + l.at(1).offset, Indices::index_width(n),
+                                                 base + l.at(2).offset};
+    detail::structure_backend<Exec, Structure>::select(exec, structure_, input, k, sink);
+    return l.total_bytes();
+  }
+
+  template <class Exec, class T>
+  std::size_t compress(Exec& exec, span<T> input, span<std::byte> out) const {
+    return compress(exec, span<const T>(input), out);
+  }
+
+  /**
+   * accum <- accum + alpha * decode(payload), in one pass over the payload. The payload is
+   * validated first (header, sections, parameters, every index in range and strictly
+   * increasing), so a bad payload changes nothing. Payloads of any element type decode into any
+   * accumulator type. On CUDA, errors surface through `exec.check()`.
+   */
+  template <class Exec, class T>
+  void decompress_add(Exec& exec, span<const std::byte> payload, span<T> accum,
+                      float alpha = 1.0f) const {
+    detail::payload_backend<Exec>::decode(exec, *this, payload, accum, alpha, false);
+  }
+
+  /// dense_out <- decode(payload): zeros except at the payload's indices.
+  template <class Exec, class T>
+  void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {
+    detail::payload_backend<Exec>::decode(exec, *this, payload, dense_out, 1.0f, true);
+  }
+
+  /// Writes the header, the parameters and all padding of a payload (host or device code).
+  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* out, const wire::payload_layout& l,
+                                              element_type type, std::uint64_t n,
+                                              std::uint64_t k) {
+    wire::write_header(out, l, type, id, n);
+    std::uint8_t* params = out + l.at(0).offset;
+    for (std::uint64_t i = 0; i < params_bytes; ++i) params[i] = 0;
+    wire::detail::store_le(params, k, 8);
+    params[8 + Values::param_bytes] = static_cast<std::uint8_t>(Indices::index_width(n));
+    wire::zero_section_padding(out, l);
+  }
+
+  /// Validates a payload's frame: header, codec, sections, parameters and section sizes.
+  GRADZIP_HOST_DEVICE static wire::status parse(const std::uint8_t* bytes, std::uint64_t size,
+                                                detail::explicit_view& v) {
+    wire::status s = wire::parse_header(bytes, size, v.header);
+    if (!s.ok()) return s;
+    const wire::header& h = v.header;
+    constexpr std::uint32_t expected_id = id.packed();  // a constant: no device-side ODR use
+    if (h.codec.packed() != expected_id) {
+      return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), expected_id);
+    }
+    const wire::tag tags[3] = {wire::tag::params, wire::tag::indices, wire::tag::values};
+    s = wire::expect_sections(h, tags, 3);
+    if (!s.ok()) return s;
+    if (h.sections[0].size != params_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
+    }
+    const std::uint8_t* params = bytes + h.sections[0].offset;
+    v.count = wire::detail::load_le(params, 8);
+    if (v.count > h.element_count) {
+      return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
+    }
+    const std::uint64_t width_at = 8 + Values::param_bytes;
+    v.index_width = params[width_at];
+    if (v.index_width != Indices::index_width(h.element_count)) {
+      return wire::fail(wire::format_errc::bad_params, width_at, params[width_at]);
+    }
+    for (std::uint64_t i = width_at + 1; i < params_bytes; ++i) {
+      if (params[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, h.sections[0].offset + i);
+    }
+    std::uint64_t index_bytes = 0, value_bytes = 0;
+    if (!wire::detail::checked_mul(v.count, v.index_width, index_bytes) ||
+        !wire::detail::checked_mul(v.count, element_size(h.type), value_bytes)) {
+      return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
+    }
+    if (h.sections[1].size != index_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, index_bytes);
+    }
+    if (h.sections[2].size != value_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 2, h.sections[2].size, value_bytes);
+    }
+    v.indices = bytes + h.sections[1].offset;
+    v.values = bytes + h.sections[2].offset;
+    return {};
+  }
+
+  /// Checks index j of a parsed payload: below n and above index j - 1.
+  GRADZIP_HOST_DEVICE static wire::status check_index(const detail::explicit_view& v,
+                                                      std::uint64_t j) {
+    const std::uint64_t index = Indices::load(v.indices, v.index_width, j);
+    if (index >= v.header.element_count) {
+      return wire::fail(wire::format_errc::index_out_of_range, j, index, v.header.element_count);
+    }
+    if (j > 0) {
+      const std::uint64_t previous = Indices::load(v.indices, v.index_width, j - 1);
+      if (index <= previous) return wire::fail(wire::format_errc::index_not_increasing, j, index, previous);
+    }
+    return {};
+  }
+
+ private:
+  Structure structure_{};
+  Values values_{};
+  Indices indices_{};
+};
+
+namespace detail {
+
+template <>
+struct payload_backend<host> {
+  template <class Codec>
+  static void write_frame(host&, const Codec&, std::uint8_t* out, const wire::payload_layout& l,
+                          element_type type, std::uint64_t n, std::uint64_t k) {
+    Codec::write_frame(out, l, type, n, k);
+  }
+
+  template <class Codec, class T>
+  static void decode(host& exec, const Codec&, span<const std::byte> payload, span<T> out,
+                     float alpha, bool overwrite) {
+    static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
+    (void)exec;
+    explicit_view v;
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
+    wire::throw_if_failed(Codec::parse(bytes, payload.size(), v), "decompress");
+    if (v.header.flags & wire::flag_checksum) wire::read_header(payload);  // verifies the CRC
+    if (v.header.element_count != out.size()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, v.header.element_count,
+                                       out.size()),
+                            "decompress");
+    }
+    for (std::uint64_t j = 0; j < v.count; ++j) {
+      wire::throw_if_failed(Codec::check_index(v, j), "decompress");
+    }
+    if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    for (std::uint64_t j = 0; j < v.count; ++j) {
+      const std::uint64_t index = Codec::indices_type::load(v.indices, v.index_width, j);
+      accumulate(out[index], load_value(v.values, v.header.type, j), alpha);
+    }
+  }
+};
+
+}  // namespace detail
+}  // namespace gradzip

@@ -1,0 +1,118 @@
+/**
+ * @file executor.hpp
+ * @brief `gradzip::host`, the CPU executor.
+ *
+ * An executor says where work runs and owns the scratch memory that work needs. The host
+ * executor runs loops on the calling thread, or on `threads` OpenMP threads when gradzip is
+ * compiled with OpenMP (0 = OpenMP's default). Results never depend on the thread count.
+ *
+ * Scratch memory grows to the largest size asked for and is then reused, so a training loop
+ * allocates once; `reserve` does that growth up front. An executor serves one thread at a time.
+ *
+ * @code
+ * gradzip::host exec;                   // or gradzip::host exec{2};
+ * exec.reserve(codec.workspace_bytes(exec, n));
+ * codec.compress(exec, grad, out);      // allocates nothing
+ * @endcode
+ *
+ * The CUDA twin, `gradzip::cuda{stream}`, lives in `gradzip/core/cuda.cuh`.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/span.hpp"
+
+namespace gradzip {
+
+class host {
+ public:
+  /// threads: OpenMP threads to use (0 = OpenMP's default; ignored without OpenMP).
+  explicit host(int threads = 0) : threads_(threads) {
+    GRADZIP_EXPECTS(threads >= 0, "host: threads must be >= 0, got ", threads);
+  }
+  host(const host&) = delete;
+  host& operator=(const host&) = delete;
+  host(host&&) noexcept = default;
+  host& operator=(host&&) noexcept = default;
+
+  /// Threads the loops will use.
+  int threads() const noexcept {
+#if defined(_OPENMP)
+    return threads_ > 0 ? threads_ : omp_get_max_threads();
+#else
+    return 1;
+#endif
+  }
+
+  /// Grows scratch memory to at least `bytes` now, so later calls allocate nothing.
+  void reserve(std::size_t bytes) {
+    if (bytes <= capacity_) return;
+    scratch_.reset(new std::byte[bytes]);
+    capacity_ = bytes;
+  }
+
+  std::size_t scratch_capacity() const noexcept { return capacity_; }
+
+  /// Scratch of at least `bytes` bytes, 64-byte aligned; valid until the next call that grows it.
+  std::byte* scratch(std::size_t bytes) {
+    reserve(bytes + 64);
+    const auto address = reinterpret_cast<std::uintptr_t>(scratch_.get());
+    return scratch_.get() + ((64 - address % 64) % 64);
+  }
+
+ private:
+  int threads_;
+  std::unique_ptr<std::byte[]> scratch_;
+  std::size_t capacity_ = 0;
+};
+
+namespace detail {
+
+/**
+ * executor_ops<Exec>: the memory operations a stateful wrapper needs from an executor, so that
+ * one template (error feedback, say) serves host and CUDA. Specialized here for `host` and in
+ * `core/cuda.cuh` for `cuda`.
+ */
+template <class Exec>
+struct executor_ops;
+
+template <>
+struct executor_ops<host> {
+  template <class T>
+  using buffer = std::vector<T>;
+
+  template <class T>
+  static buffer<T> allocate_zeroed(host&, std::size_t n) { return buffer<T>(n); }
+
+  template <class T>
+  static span<T> view(buffer<T>& b) { return span<T>(b.data(), b.size()); }
+
+  /// y += x, element by element (in float for half types).
+  template <class T>
+  static void add(host&, span<T> y, span<const T> x) {
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = from_double<T>(to_float(y[i]) + to_float(x[i]));
+  }
+
+  template <class T>
+  static void copy_to_host(host&, const buffer<T>& from, T* to) {
+    if (!from.empty()) std::memcpy(to, from.data(), from.size() * sizeof(T));
+  }
+
+  template <class T>
+  static void copy_from_host(host&, const T* from, buffer<T>& to) {
+    if (!to.empty()) std::memcpy(to.data(), from, to.size() * sizeof(T));
+  }
+};
+
+}  // namespace detail
+}  // namespace gradzip

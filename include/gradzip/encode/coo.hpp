@@ -1,0 +1,77 @@
+/**
+ * @file coo.hpp
+ * @brief `encode::coo`: indices as a plain little-endian array, u32 when n < 2^32, else u64.
+ *
+ * The width is recorded in the payload's parameters (one byte, 4 or 8) and the decoder insists
+ * on the width this rule gives for the payload's n. Indices are strictly increasing and < n; the
+ * decoder checks both before it touches the output.
+ *
+ * Bytes per selected element: 4 (or 8) for the index, plus the values stage's bytes.
+ *
+ * @code
+ * gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo> c;
+ * @endcode
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cstring>
+
+#include "gradzip/core/config.hpp"
+
+namespace gradzip::encode {
+
+struct coo {
+  static constexpr std::uint8_t id = 1;
+  /// Bytes of this stage in the params section: the index width, then 7 reserved zero bytes.
+  static constexpr std::uint64_t param_bytes = 8;
+
+  /// Index width in bytes for a tensor of n elements.
+  GRADZIP_HOST_DEVICE static constexpr int index_width(std::uint64_t n) {
+    return n < (std::uint64_t{1} << 32) ? 4 : 8;
+  }
+
+  GRADZIP_HOST_DEVICE static constexpr std::uint64_t section_bytes(std::uint64_t count,
+                                                                   std::uint64_t n) {
+    return count * static_cast<std::uint64_t>(index_width(n));
+  }
+
+  /// Stores index `index` at position `pos` of an index section of width `width`.
+  GRADZIP_HOST_DEVICE static void store(std::uint8_t* section, int width, std::uint64_t pos,
+                                        std::uint64_t index) {
+#if defined(__CUDA_ARCH__)  // device payloads are 16-byte aligned: typed stores
+    if (width == 4) {
+      reinterpret_cast<std::uint32_t*>(section)[pos] = static_cast<std::uint32_t>(index);
+    } else {
+      reinterpret_cast<std::uint64_t*>(section)[pos] = index;
+    }
+#else  // host buffers may sit at any address
+    if (width == 4) {
+      const auto v = static_cast<std::uint32_t>(index);
+      std::memcpy(section + pos * 4, &v, 4);
+    } else {
+      std::memcpy(section + pos * 8, &index, 8);
+    }
+#endif
+  }
+
+  GRADZIP_HOST_DEVICE static std::uint64_t load(const std::uint8_t* section, int width,
+                                                std::uint64_t pos) {
+#if defined(__CUDA_ARCH__)
+    if (width == 4) return reinterpret_cast<const std::uint32_t*>(section)[pos];
+    return reinterpret_cast<const std::uint64_t*>(section)[pos];
+#else
+    if (width == 4) {
+      std::uint32_t v;
+      std::memcpy(&v, section + pos * 4, 4);
+      return v;
+    }
+    std::uint64_t v;
+    std::memcpy(&v, section + pos * 8, 8);
+    return v;
+#endif
+  }
+};
+
+}  // namespace gradzip::encode

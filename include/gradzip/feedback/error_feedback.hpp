@@ -1,0 +1,103 @@
+/**
+ * @file error_feedback.hpp
+ * @brief `feedback::error_feedback<Codec, T, Exec>`: error feedback around any codec.
+ *
+ * Keeps the residual e of one tensor (Seide et al. 2014, "1-bit SGD"; Karimireddy et al. 2019,
+ * "Error feedback fixes SignSGD") in the executor's memory. Each step, with gradient g:
+ *
+ *     p = x + e,   payload = C(p),   e <- p - D(payload)
+ *
+ * so what compression drops is not lost but sent in a later step. `save` and `restore` move the
+ * residual to and from bytes (a gradzip payload of the dense residual), for checkpoints.
+ *
+ * @code
+ * gradzip::feedback::error_feedback<codec_t, float, gradzip::host> ef(exec, codec, n);
+ * std::size_t bytes = ef.compress(exec, grad, out);      // residual updated in place
+ * std::vector<std::byte> state = ef.save(exec);          // ... ef.restore(exec, state);
+ * @endcode
+ */
+#pragma once
+
+#include <vector>
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/executor.hpp"
+
+namespace gradzip::feedback {
+
+template <class Codec, class T, class Exec>
+class error_feedback {
+  using ops = detail::executor_ops<Exec>;
+
+ public:
+  /// A zero residual for a tensor of n elements, allocated once in `exec`'s memory.
+  error_feedback(Exec& exec, Codec codec, std::size_t n)
+      : codec_(codec), residual_(ops::template allocate_zeroed<T>(exec, n)), size_(n) {}
+
+  std::size_t size() const noexcept { return size_; }
+  const Codec& codec() const noexcept { return codec_; }
+
+  /// The residual e, in the executor's memory.
+  span<const T> residual() { return ops::view(residual_); }
+
+  template <class U>
+  std::size_t max_compressed_bytes() const {
+    return codec_.template max_compressed_bytes<U>(size_);
+  }
+
+  /// Compresses grad + e into `out`, updates e, and returns the payload's size in bytes.
+  std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out) {
+    GRADZIP_EXPECTS(grad.size() == size_, "error_feedback: gradient has ", grad.size(),
+                    " elements, the residual ", size_);
+    span<T> e = ops::view(residual_);
+    ops::add(exec, e, grad);  // e now holds p = g + e
+    const std::size_t bytes = codec_.compress(exec, span<const T>(e), out);
+    codec_.decompress_add(exec, span<const std::byte>(out.data(), bytes), e, -1.0f);
+    return bytes;
+  }
+
+  /// The residual as a payload (codec id 0: dense values), for checkpoints. Synchronous.
+  std::vector<std::byte> save(Exec& exec) const {
+    wire::payload_layout l;
+    l.add(wire::tag::values, size_ * sizeof(T));
+    std::vector<std::byte> bytes(l.total_bytes());
+    auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
+    wire::write_header(base, l, element_traits<T>::type, wire::codec_id{}, size_);
+    wire::zero_section_padding(base, l);
+    ops::copy_to_host(exec, residual_, reinterpret_cast<T*>(base + l.at(0).offset));
+    return bytes;
+  }
+
+  /// Restores a residual saved by `save`; the element type and count must match. Synchronous.
+  void restore(Exec& exec, span<const std::byte> bytes) {
+    const wire::header h = wire::read_header(bytes);
+    const wire::tag tags[1] = {wire::tag::values};
+    wire::throw_if_failed(wire::expect_sections(h, tags, 1), "error_feedback::restore");
+    if (h.codec.packed() != 0) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), 0),
+                            "error_feedback::restore");
+    }
+    GRADZIP_EXPECTS(h.type == element_traits<T>::type, "error_feedback::restore: state holds ",
+                    element_type_name(h.type), " values, this residual is ",
+                    element_type_name(element_traits<T>::type));
+    if (h.element_count != size_) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, size_),
+                            "error_feedback::restore");
+    }
+    if (h.sections[0].size != size_ * sizeof(T)) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size,
+                                       size_ * sizeof(T)),
+                            "error_feedback::restore");
+    }
+    std::vector<T> staged(size_);
+    if (size_ != 0) std::memcpy(staged.data(), bytes.data() + h.sections[0].offset, size_ * sizeof(T));
+    ops::copy_from_host(exec, staged.data(), residual_);
+  }
+
+ private:
+  Codec codec_;
+  typename ops::template buffer<T> residual_;
+  std::size_t size_;
+};
+
+}  // namespace gradzip::feedback

@@ -1,0 +1,24 @@
+/**
+ * @file gradzip.hpp
+ * @brief Everything gradzip offers to host code (compiles with g++ or clang++ alone).
+ *
+ * For the CUDA executor and kernels, include `gradzip/gradzip.cuh` from a `.cu` file instead.
+ */
+#pragma once
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/config.hpp"
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/core/span.hpp"
+#include "gradzip/encode/coo.hpp"
+#include "gradzip/feedback/error_feedback.hpp"
+#include "gradzip/quantize/none.hpp"
+#include "gradzip/random/hash.hpp"
+#include "gradzip/random/philox.hpp"
+#include "gradzip/sparsify/topk.hpp"
+#include "gradzip/wire/checksum.hpp"
+#include "gradzip/wire/format.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"

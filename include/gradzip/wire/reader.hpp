@@ -1,0 +1,169 @@
+/**
+ * @file reader.hpp
+ * @brief The validating payload reader.
+ *
+ * `parse_header` runs in host and device code and never reads outside `[bytes, bytes + size)`.
+ * It checks everything the header promises: magic, version, element type, flags, reserved
+ * fields, the header and total sizes against the buffer, and that every section is aligned,
+ * inside the payload, after the header, and after the previous one. Codec-specific checks (which
+ * sections, what sizes, index ranges) come on top, in each codec.
+ *
+ * `read_header` is the host entry point: it also verifies the checksum when the payload has one,
+ * and throws `gradzip::format_error` with a message that names what was wrong.
+ *
+ * @code
+ * gradzip::wire::header h = gradzip::wire::read_header(bytes);   // throws on bad bytes
+ * std::printf("%llu elements, %u sections\n", h.element_count, h.section_count);
+ * @endcode
+ */
+#pragma once
+
+#include <string>
+
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/span.hpp"
+#include "gradzip/wire/checksum.hpp"
+#include "gradzip/wire/format.hpp"
+
+namespace gradzip::wire {
+
+/// Parses and validates the header and section table of the payload in [bytes, bytes + size).
+GRADZIP_HOST_DEVICE inline status parse_header(const std::uint8_t* bytes, std::uint64_t size,
+                                               header& h) {
+  using detail::load_le;
+  if (size < fixed_header_bytes) return fail(format_errc::truncated, fixed_header_bytes, size);
+  for (int i = 0; i < 4; ++i) {
+    if (bytes[i] != magic[i]) return fail(format_errc::bad_magic, load_le(bytes, 4));
+  }
+  const auto version = load_le(bytes + 4, 2);
+  if (version != format_version) return fail(format_errc::unsupported_version, version);
+  if (!is_known_element_type(bytes[6])) return fail(format_errc::unknown_element_type, bytes[6]);
+  h.type = static_cast<element_type>(bytes[6]);
+  h.section_count = bytes[7];
+  if (h.section_count > max_sections) {
+    return fail(format_errc::bad_section_count, h.section_count, max_sections);
+  }
+  h.codec = codec_id{bytes[8], bytes[9], bytes[10], bytes[11]};
+  h.flags = static_cast<std::uint32_t>(load_le(bytes + 12, 4));
+  if ((h.flags & ~known_flags) != 0) return fail(format_errc::unknown_flags, h.flags);
+  h.element_count = load_le(bytes + 16, 8);
+  h.total_bytes = load_le(bytes + 24, 8);
+  h.checksum = static_cast<std::uint32_t>(load_le(bytes + 32, 4));
+  if ((h.flags & flag_checksum) == 0 && h.checksum != 0) {
+    return fail(format_errc::nonzero_reserved, checksum_offset);
+  }
+  h.header_bytes = static_cast<std::uint32_t>(load_le(bytes + 36, 4));
+  if (load_le(bytes + 40, 8) != 0) return fail(format_errc::nonzero_reserved, 40);
+
+  const auto expected_header = header_bytes_for(h.section_count);
+  if (h.header_bytes != expected_header) {
+    return fail(format_errc::bad_header_size, h.header_bytes, expected_header);
+  }
+  if (h.total_bytes < h.header_bytes || h.total_bytes % alignment != 0) {
+    return fail(format_errc::bad_total_size, h.total_bytes, h.header_bytes);
+  }
+  if (size < h.header_bytes) return fail(format_errc::truncated, h.header_bytes, size);
+  if (size < h.total_bytes) return fail(format_errc::truncated, h.total_bytes, size);
+
+  std::uint64_t previous_end = h.header_bytes;
+  for (std::uint32_t i = 0; i < h.section_count; ++i) {
+    const std::uint8_t* entry = bytes + fixed_header_bytes + section_entry_bytes * i;
+    section& s = h.sections[i];
+    s.tag = static_cast<std::uint32_t>(load_le(entry, 4));
+    if (load_le(entry + 4, 4) != 0) {
+      return fail(format_errc::nonzero_reserved, fixed_header_bytes + section_entry_bytes * i + 4);
+    }
+    s.offset = load_le(entry + 8, 8);
+    s.size = load_le(entry + 16, 8);
+    if (s.offset % alignment != 0) return fail(format_errc::section_misaligned, i, s.offset);
+    if (s.offset < h.header_bytes || s.offset > h.total_bytes || s.size > h.total_bytes - s.offset) {
+      return fail(format_errc::section_out_of_range, i, s.offset, s.size);
+    }
+    if (s.offset < previous_end) return fail(format_errc::section_overlap, i, s.offset, previous_end);
+    previous_end = s.offset + s.size;
+  }
+  return {};
+}
+
+/// Checks that the header has exactly the sections `tags[0 .. count)`, in that order.
+GRADZIP_HOST_DEVICE inline status expect_sections(const header& h, const tag* tags,
+                                                  std::uint32_t count) {
+  if (h.section_count != count) return fail(format_errc::bad_section_count, h.section_count, count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const auto expected = static_cast<std::uint32_t>(tags[i]);
+    if (h.sections[i].tag != expected) {
+      return fail(format_errc::bad_section_tag, i, h.sections[i].tag, expected);
+    }
+  }
+  return {};
+}
+
+/// A host message for a failed status: the description plus the numbers involved.
+inline std::string message(const status& s) {
+  using ::gradzip::detail::concat;
+  const char* what = describe(s.code);
+  switch (s.code) {
+    case format_errc::ok: return what;
+    case format_errc::truncated:
+      return concat(what, ": need ", s.a, " bytes, have ", s.b);
+    case format_errc::bad_magic: return concat(what, ": first word 0x", std::hex, s.a);
+    case format_errc::unsupported_version:
+      return concat(what, ": ", s.a, " (this reader knows ", format_version, ")");
+    case format_errc::unknown_element_type: return concat(what, ": code ", s.a);
+    case format_errc::unknown_flags: return concat(what, ": flags 0x", std::hex, s.a);
+    case format_errc::nonzero_reserved: return concat(what, ": at byte ", s.a);
+    case format_errc::bad_header_size:
+      return concat(what, ": header_bytes ", s.a, ", expected ", s.b);
+    case format_errc::bad_total_size:
+      return concat(what, ": total_bytes ", s.a, " with header_bytes ", s.b,
+                    " (must be >= header and a multiple of 16)");
+    case format_errc::bad_section_count:
+      return concat(what, ": ", s.a, " sections, expected ", s.b);
+    case format_errc::section_out_of_range:
+      return concat(what, ": section ", s.a, " at offset ", s.b, " with size ", s.c);
+    case format_errc::section_misaligned:
+      return concat(what, ": section ", s.a, " at offset ", s.b);
+    case format_errc::section_overlap:
+      return concat(what, ": section ", s.a, " at offset ", s.b, " starts before byte ", s.c);
+    case format_errc::bad_section_tag:
+      return concat(what, ": section ", s.a, " has tag ", s.b, ", expected ", s.c);
+    case format_errc::codec_mismatch:
+      return concat(what, ": payload codec id 0x", std::hex, s.a, ", this codec 0x", s.b);
+    case format_errc::bad_params:
+      return concat(what, ": field at params byte ", s.a, " has value ", s.b);
+    case format_errc::count_overflow:
+      return concat(what, ": count ", s.a, " exceeds the limit ", s.b);
+    case format_errc::bad_section_size:
+      return concat(what, ": section ", s.a, " has ", s.b, " bytes, expected ", s.c);
+    case format_errc::index_out_of_range:
+      return concat(what, ": index[", s.a, "] = ", s.b, " >= n = ", s.c);
+    case format_errc::index_not_increasing:
+      return concat(what, ": index[", s.a, "] = ", s.b, " after ", s.c);
+    case format_errc::size_mismatch:
+      return concat(what, ": payload has ", s.a, " elements, output has ", s.b);
+    case format_errc::checksum_mismatch:
+      return concat(what, ": stored 0x", std::hex, s.a, ", computed 0x", s.b);
+  }
+  return what;
+}
+
+/// Throws gradzip::format_error for a failed status; `context` prefixes the message.
+inline void throw_if_failed(const status& s, const char* context = "gradzip") {
+  if (!s.ok()) throw format_error(s.code, ::gradzip::detail::concat(context, ": ", message(s)));
+}
+
+/// Host: parses, validates and (if present) checks the checksum of a payload's header.
+inline header read_header(span<const std::byte> bytes) {
+  header h;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  throw_if_failed(parse_header(p, bytes.size(), h));
+  if (h.flags & flag_checksum) {
+    const std::uint32_t computed = payload_crc32c(p, h.total_bytes);
+    if (computed != h.checksum) {
+      throw_if_failed(fail(format_errc::checksum_mismatch, h.checksum, computed));
+    }
+  }
+  return h;
+}
+
+}  // namespace gradzip::wire

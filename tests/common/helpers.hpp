@@ -1,0 +1,47 @@
+// Test helpers: a plain reference top-k and small utilities.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "gradzip/gradzip.hpp"
+
+namespace test {
+
+/// The reference: sort all indices by (|x| desc, index asc) with the documented NaN rule, take k,
+/// return them sorted ascending.
+template <class T>
+std::vector<std::uint64_t> reference_topk(const std::vector<T>& x, std::uint64_t k) {
+  std::vector<std::uint64_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint64_t a, std::uint64_t b) {
+    return gradzip::magnitude_key(x[a]) > gradzip::magnitude_key(x[b]);
+  });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+/// Indices stored in a top-k + COO payload (read through the public reader).
+inline std::vector<std::uint64_t> payload_indices(const std::vector<std::byte>& payload) {
+  const auto h = gradzip::wire::read_header(gradzip::span<const std::byte>(payload));
+  const auto& s = h.sections[1];
+  const int width = gradzip::encode::coo::index_width(h.element_count);
+  std::vector<std::uint64_t> out(s.size / width);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(payload.data()) + s.offset;
+  for (std::size_t j = 0; j < out.size(); ++j) out[j] = gradzip::encode::coo::load(p, width, j);
+  return out;
+}
+
+template <class Codec, class T>
+std::vector<std::byte> compress(const Codec& c, gradzip::host& exec, const std::vector<T>& x) {
+  std::vector<std::byte> out(c.template max_compressed_bytes<T>(x.size()));
+  const std::size_t bytes = c.compress(exec, gradzip::span<const T>(x.data(), x.size()),
+                                       gradzip::span<std::byte>(out));
+  out.resize(bytes);
+  return out;
+}
+
+}  // namespace test

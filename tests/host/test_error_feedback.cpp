@@ -1,0 +1,84 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+
+using namespace gradzip;
+using topk_codec = codec<sparsify::topk>;
+using ef_t = feedback::error_feedback<topk_codec, float, host>;
+
+TEST_CASE("error feedback sent + residual equals the sum of gradients", "[feedback]") {
+  const std::size_t n = 20000;
+  host exec;
+  ef_t ef(exec, topk_codec{sparsify::topk::ratio(0.01)}, n);
+  std::vector<double> sent(n, 0.0), total(n, 0.0);
+  std::vector<std::byte> out(ef.max_compressed_bytes<float>());
+  for (std::uint32_t step = 0; step < 20; ++step) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 100 + step);
+    for (std::size_t i = 0; i < n; ++i) total[i] += g[i];
+    const std::size_t bytes = ef.compress(exec, span<const float>(g), span<std::byte>(out));
+    std::vector<float> decoded(n);
+    ef.codec().decompress(exec, span<const std::byte>(out.data(), bytes), span<float>(decoded));
+    for (std::size_t i = 0; i < n; ++i) sent[i] += decoded[i];
+  }
+  const auto e = ef.residual();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(sent[i] + e[i] - total[i]));
+  CHECK(worst < 1e-5);  // float rounding of the running residual only
+}
+
+TEST_CASE("error feedback zeroes the residual where it sent values", "[feedback]") {
+  host exec;
+  ef_t ef(exec, topk_codec{sparsify::topk::count(1)}, 3);
+  std::vector<float> g = {1.0f, -2.0f, 0.5f};
+  std::vector<std::byte> out(ef.max_compressed_bytes<float>());
+  ef.compress(exec, span<const float>(g), span<std::byte>(out));
+  auto e = ef.residual();
+  CHECK(std::vector<float>(e.begin(), e.end()) == std::vector<float>{1.0f, 0.0f, 0.5f});
+  ef.compress(exec, span<const float>(g), span<std::byte>(out));  // p = {2, -2, 1}: index 0 wins
+  e = ef.residual();
+  CHECK(std::vector<float>(e.begin(), e.end()) == std::vector<float>{0.0f, -2.0f, 1.0f});
+}
+
+TEST_CASE("error feedback state saves and restores", "[feedback]") {
+  host exec;
+  const std::size_t n = 1000;
+  ef_t a(exec, topk_codec{sparsify::topk::ratio(0.1)}, n);
+  std::vector<std::byte> out(a.max_compressed_bytes<float>());
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 5);
+  a.compress(exec, span<const float>(g), span<std::byte>(out));
+  const auto state = a.save(exec);
+
+  ef_t b(exec, topk_codec{sparsify::topk::ratio(0.1)}, n);
+  b.restore(exec, span<const std::byte>(state));
+  const auto ra = a.residual();
+  const auto rb = b.residual();
+  CHECK(std::equal(ra.begin(), ra.end(), rb.begin()));
+  // Same state, same input: same next payload.
+  std::vector<std::byte> out_b(out.size());
+  CHECK(a.compress(exec, span<const float>(g), span<std::byte>(out)) ==
+        b.compress(exec, span<const float>(g), span<std::byte>(out_b)));
+  CHECK(out == out_b);
+}
+
+TEST_CASE("error feedback restore rejects foreign state", "[feedback]") {
+  host exec;
+  ef_t a(exec, topk_codec{}, 100);
+  const auto state = a.save(exec);
+  ef_t wrong_size(exec, topk_codec{}, 99);
+  CHECK_THROWS_AS(wrong_size.restore(exec, span<const std::byte>(state)), format_error);
+  feedback::error_feedback<topk_codec, double, host> wrong_type(exec, topk_codec{}, 100);
+  CHECK_THROWS_WITH(wrong_type.restore(exec, span<const std::byte>(state)),
+                    "error_feedback::restore: state holds f32 values, this residual is f64");
+  auto truncated = state;
+  truncated.resize(state.size() - 16);
+  CHECK_THROWS_AS(a.restore(exec, span<const std::byte>(truncated)), format_error);
+  // A top-k payload is not a residual.
+  std::vector<float> g(100, 1.0f);
+  const auto payload = test::compress(topk_codec{}, exec, g);
+  CHECK_THROWS_AS(a.restore(exec, span<const std::byte>(payload)), format_error);
+  CHECK_THROWS_WITH(a.compress(exec, span<const float>(g.data(), 50), span<std::byte>()),
+                    "error_feedback: gradient has 50 elements, the residual 100");
+}

@@ -1,0 +1,77 @@
+// Golden payloads: any change to the wire format, or to which elements top-k picks, fails here.
+// The inputs use integer arithmetic only (no libm), so they are the same on every platform.
+// To regenerate after an intended format change (bump the format version!):
+//   GRADZIP_WRITE_GOLDEN=1 ./gradzip_host_tests "[golden]"
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "common/helpers.hpp"
+
+using namespace gradzip;
+
+namespace {
+
+template <class T>
+std::vector<T> golden_input(std::size_t n, std::uint64_t seed) {
+  std::vector<T> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::int64_t>(hash64(seed, i) >> 40) - (std::int64_t{1} << 23);
+    x[i] = static_cast<T>(static_cast<double>(r) / (1 << 20));  // exact in float and double
+  }
+  return x;
+}
+
+void check_golden(const std::string& name, const std::vector<std::byte>& bytes) {
+  const std::string path = std::string(GRADZIP_GOLDEN_DIR) + "/" + name;
+  if (std::getenv("GRADZIP_WRITE_GOLDEN") != nullptr) {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(name);
+  REQUIRE(file.size() == bytes.size());
+  CHECK(std::memcmp(file.data(), bytes.data(), bytes.size()) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("golden payloads are byte-stable", "[golden]") {
+  host exec;
+  check_golden("topk3_f32_n10.grdz",
+               test::compress(codec<sparsify::topk>{sparsify::topk::count(3)}, exec,
+                              std::vector<float>{0.1f, -9, 0.2f, 8, 0.3f, 7, 0.4f, 0.5f, 0.6f, 0.7f}));
+  check_golden("topk1pct_f32_n4096.grdz",
+               test::compress(codec<sparsify::topk>{sparsify::topk::ratio(0.01)}, exec,
+                              golden_input<float>(4096, 9)));
+  check_golden("topk5_f64_n64.grdz", test::compress(codec<sparsify::topk>{sparsify::topk::count(5)},
+                                                    exec, golden_input<double>(64, 4)));
+  auto sealed = test::compress(codec<sparsify::topk>{sparsify::topk::count(4)}, exec,
+                               golden_input<float>(100, 2));
+  wire::seal(span<std::byte>(sealed));
+  check_golden("topk4_f32_n100_sealed.grdz", sealed);
+
+  using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
+  ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
+  const auto g = golden_input<float>(8, 5);
+  std::vector<std::byte> out(ef.max_compressed_bytes<float>());
+  ef.compress(exec, span<const float>(g), span<std::byte>(out));
+  check_golden("error_feedback_state_f32_n8.grdz", ef.save(exec));
+}
+
+TEST_CASE("golden payloads decode to their inputs' top-k", "[golden]") {
+  std::ifstream in(std::string(GRADZIP_GOLDEN_DIR) + "/topk3_f32_n10.grdz", std::ios::binary);
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(file.size() == 176);
+  host exec;
+  std::vector<float> out(10);
+  codec<sparsify::topk>{}.decompress(
+      exec, span<const std::byte>(reinterpret_cast<const std::byte*>(file.data()), file.size()),
+      span<float>(out));
+  CHECK(out == std::vector<float>{0, -9, 0, 8, 0, 7, 0, 0, 0, 0});
+}

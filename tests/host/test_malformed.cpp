@@ -1,0 +1,142 @@
+// Malformed payloads: every way the bytes can lie is rejected with a precise code, and a
+// rejected payload leaves the output untouched.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <random>
+#include <string>
+
+#include "common/helpers.hpp"
+
+using namespace gradzip;
+using errc = wire::format_errc;
+
+namespace {
+
+// Base payload: top-3 of 10 floats -> indices {1, 3, 5}. Layout: header 128 bytes (3 sections),
+// params at 128 (16 bytes: k u64, width u8, 7 zero), indices at 144 (12), values at 160 (12),
+// total 176. Section table entries at 48, 72, 96: tag u32, reserved u32, offset u64, size u64.
+const std::vector<float> base_input = {0.1f, -9, 0.2f, 8, 0.3f, 7, 0.4f, 0.5f, 0.6f, 0.7f};
+const codec<sparsify::topk> topk3{sparsify::topk::count(3)};
+
+std::vector<std::byte> base_payload() {
+  host exec;
+  return test::compress(topk3, exec, base_input);
+}
+
+void put(std::vector<std::byte>& b, std::size_t at, std::uint64_t v, int bytes) {
+  wire::detail::store_le(reinterpret_cast<std::uint8_t*>(b.data()) + at, v, bytes);
+}
+
+struct bad_case {
+  const char* name;
+  std::function<void(std::vector<std::byte>&)> corrupt;
+  errc expected;
+  std::size_t output_size = 10;
+};
+
+constexpr std::size_t entry(int i) { return 48 + 24 * static_cast<std::size_t>(i); }
+
+}  // namespace
+
+TEST_CASE("the base payload has the documented layout", "[malformed]") {
+  const auto p = base_payload();
+  REQUIRE(p.size() == 176);
+  CHECK(test::payload_indices(p) == std::vector<std::uint64_t>{1, 3, 5});
+}
+
+TEST_CASE("malformed payloads are rejected with a precise error", "[malformed]") {
+  const std::vector<bad_case> cases = {
+      {"empty buffer", [](auto& b) { b.clear(); }, errc::truncated},
+      {"shorter than the fixed header", [](auto& b) { b.resize(47); }, errc::truncated},
+      {"shorter than the header's section table", [](auto& b) { b.resize(100); }, errc::truncated},
+      {"shorter than total_bytes", [](auto& b) { b.resize(170); }, errc::truncated},
+      {"wrong magic", [](auto& b) { b[0] = std::byte{'X'}; }, errc::bad_magic},
+      {"future version", [](auto& b) { put(b, 4, 2, 2); }, errc::unsupported_version},
+      {"version zero", [](auto& b) { put(b, 4, 0, 2); }, errc::unsupported_version},
+      {"unknown element type", [](auto& b) { b[6] = std::byte{9}; }, errc::unknown_element_type},
+      {"element type zero", [](auto& b) { b[6] = std::byte{0}; }, errc::unknown_element_type},
+      {"too many sections", [](auto& b) { b[7] = std::byte{17}; }, errc::bad_section_count},
+      {"section count disagrees with header size", [](auto& b) { b[7] = std::byte{2}; },
+       errc::bad_header_size},
+      {"unknown flag bit", [](auto& b) { put(b, 12, 4, 4); }, errc::unknown_flags},
+      {"reserved header word set", [](auto& b) { b[40] = std::byte{1}; }, errc::nonzero_reserved},
+      {"checksum without its flag", [](auto& b) { put(b, 32, 0x1234, 4); }, errc::nonzero_reserved},
+      {"header_bytes off the rule", [](auto& b) { put(b, 36, 120, 4); }, errc::bad_header_size},
+      {"total_bytes beyond the buffer", [](auto& b) { put(b, 24, std::uint64_t{1} << 40, 8); },
+       errc::truncated},
+      {"total_bytes smaller than the header", [](auto& b) { put(b, 24, 96, 8); },
+       errc::bad_total_size},
+      {"total_bytes not a multiple of 16", [](auto& b) { put(b, 24, 170, 8); }, errc::bad_total_size},
+      {"section reserved word set", [](auto& b) { put(b, entry(1) + 4, 1, 4); },
+       errc::nonzero_reserved},
+      {"misaligned section", [](auto& b) { put(b, entry(1) + 8, 145, 8); }, errc::section_misaligned},
+      {"section size wraps around", [](auto& b) { put(b, entry(2) + 16, ~std::uint64_t{7}, 8); },
+       errc::section_out_of_range},
+      {"section far past the end", [](auto& b) { put(b, entry(2) + 8, std::uint64_t{1} << 62, 8); },
+       errc::section_out_of_range},
+      {"section inside the header", [](auto& b) { put(b, entry(0) + 8, 96, 8); },
+       errc::section_out_of_range},
+      {"overlapping sections", [](auto& b) { put(b, entry(1) + 8, 128, 8); }, errc::section_overlap},
+      {"unexpected section tag", [](auto& b) { put(b, entry(1), 7, 4); }, errc::bad_section_tag},
+      {"payload of another codec", [](auto& b) { b[9] = std::byte{9}; }, errc::codec_mismatch},
+      {"params section of the wrong size", [](auto& b) { put(b, entry(0) + 16, 8, 8); },
+       errc::bad_section_size},
+      {"more selected than elements", [](auto& b) { put(b, 128, 11, 8); }, errc::count_overflow},
+      {"count disagrees with the index section", [](auto& b) { put(b, 128, 4, 8); },
+       errc::bad_section_size},
+      {"index width not the rule's", [](auto& b) { b[136] = std::byte{8}; }, errc::bad_params},
+      {"params reserved byte set", [](auto& b) { b[140] = std::byte{1}; }, errc::nonzero_reserved},
+      {"count times width overflows",
+       [](auto& b) {
+         put(b, 16, std::uint64_t{1} << 63, 8);  // n = 2^63 needs 8-byte indices
+         b[136] = std::byte{8};
+         put(b, 128, std::uint64_t{1} << 62, 8);  // k = 2^62: k x 8 overflows
+       },
+       errc::count_overflow},
+      {"index equal to n", [](auto& b) { put(b, 144 + 4, 10, 4); }, errc::index_out_of_range},
+      {"index far out of range", [](auto& b) { put(b, 144 + 8, 0xFFFFFFFF, 4); },
+       errc::index_out_of_range},
+      {"duplicate index", [](auto& b) { put(b, 144 + 8, 3, 4); }, errc::index_not_increasing},
+      {"unsorted indices", [](auto& b) { put(b, 144, 4, 4); }, errc::index_not_increasing},
+      {"output of another size", [](auto&) {}, errc::size_mismatch, 11},
+  };
+  REQUIRE(cases.size() >= 15);
+  host exec;
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      auto payload = base_payload();
+      c.corrupt(payload);
+      std::vector<float> accum(c.output_size, 1.0f);
+      try {
+        topk3.decompress_add(exec, span<const std::byte>(payload), span<float>(accum));
+        FAIL("accepted: " << c.name);
+      } catch (const format_error& e) {
+        INFO(e.what());
+        CHECK(e.code() == c.expected);
+        CHECK(std::string(e.what()).rfind("decompress: ", 0) == 0);
+      }
+      CHECK(accum == std::vector<float>(c.output_size, 1.0f));  // untouched
+    }
+  }
+}
+
+TEST_CASE("random corruption never escapes as anything but format_error", "[malformed]") {
+  const auto good = base_payload();
+  host exec;
+  std::mt19937_64 rng(12345);
+  int accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    auto payload = good;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) payload[rng() % payload.size()] ^= std::byte(1u << (rng() % 8));
+    if (rng() % 8 == 0) payload.resize(rng() % payload.size());
+    std::vector<float> accum(10, 0.0f);
+    try {
+      topk3.decompress_add(exec, span<const std::byte>(payload), span<float>(accum));
+      ++accepted;  // flips in values or padding-free spots can still be valid payloads
+    } catch (const format_error&) {
+    }
+  }
+  CHECK(accepted < 20000);
+}

@@ -90,7 +90,8 @@ class error_feedback {
                             "error_feedback::restore");
     }
     std::vector<T> staged(size_);
-    if (size_ != 0) std::memcpy(staged.data(), bytes.data() + h.sections[0].offset, size_ * sizeof(T));
+    const auto& values = h.sections[0];  // validated: inside `bytes`, exactly size_ elements
+    if (values.size != 0) std::memcpy(staged.data(), bytes.data() + values.offset, values.size);
     ops::copy_from_host(exec, staged.data(), residual_);
   }
 

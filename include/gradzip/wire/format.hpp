@@ -30,7 +30,8 @@
 
 namespace gradzip::wire {
 
-inline constexpr std::uint8_t magic[4] = {'G', 'R', 'D', 'Z'};
+/// "GRDZ" read as a little-endian u32 (a scalar, so device code can use it too).
+inline constexpr std::uint32_t magic_word = 0x5A445247u;
 inline constexpr std::uint16_t format_version = 1;
 inline constexpr std::size_t fixed_header_bytes = 48;
 inline constexpr std::size_t section_entry_bytes = 24;

@@ -32,9 +32,7 @@ GRADZIP_HOST_DEVICE inline status parse_header(const std::uint8_t* bytes, std::u
                                                header& h) {
   using detail::load_le;
   if (size < fixed_header_bytes) return fail(format_errc::truncated, fixed_header_bytes, size);
-  for (int i = 0; i < 4; ++i) {
-    if (bytes[i] != magic[i]) return fail(format_errc::bad_magic, load_le(bytes, 4));
-  }
+  if (load_le(bytes, 4) != magic_word) return fail(format_errc::bad_magic, load_le(bytes, 4));
   const auto version = load_le(bytes + 4, 2);
   if (version != format_version) return fail(format_errc::unsupported_version, version);
   if (!is_known_element_type(bytes[6])) return fail(format_errc::unknown_element_type, bytes[6]);

@@ -65,7 +65,7 @@ GRADZIP_HOST_DEVICE inline void write_header(std::uint8_t* out, const payload_la
   using detail::store_le;
   const std::uint64_t header_bytes = layout.header_bytes();
   for (std::uint64_t i = 0; i < header_bytes; ++i) out[i] = 0;
-  for (int i = 0; i < 4; ++i) out[i] = magic[i];
+  store_le(out, magic_word, 4);
   store_le(out + 4, format_version, 2);
   out[6] = static_cast<std::uint8_t>(type);
   out[7] = static_cast<std::uint8_t>(layout.section_count());

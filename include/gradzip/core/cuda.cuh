@@ -1,0 +1,179 @@
+/**
+ * @file cuda.cuh
+ * @brief `gradzip::cuda`, the CUDA executor, and the CUDA backends of every stage.
+ *
+ * `gradzip::cuda exec{stream}` runs work on `stream` and owns stream-ordered scratch memory
+ * (cudaMallocAsync, grown to the largest request, then reused) and a device status word that
+ * decoders write. Nothing synchronizes unless its name says so:
+ *
+ * - `compress` and `decompress_add` only enqueue work; they return at once.
+ * - `check()` synchronizes the stream and throws `gradzip::format_error` if a decode on this
+ *   executor met a bad payload since the last check. A failed decode changes no output, and the
+ *   error is sticky: later decodes on the executor are skipped until `check()` reports it.
+ * - `reserve` allocates (stream-ordered) so later calls allocate nothing.
+ *
+ * Payload buffers given to the CUDA executor are device memory, 16-byte aligned.
+ *
+ * @code
+ * gradzip::cuda exec{stream};
+ * exec.reserve(codec.workspace_bytes<float>(exec, n));
+ * std::size_t bytes = codec.compress(exec, d_grad, d_out);    // async
+ * codec.decompress_add(exec, d_payload, d_accum);             // async
+ * exec.check();                                               // sync; throws on bad bytes
+ * @endcode
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/wire/format.hpp"
+
+/// Throws gradzip::cuda_error naming the call and the CUDA error unless it returned cudaSuccess.
+#define GRADZIP_CUDA_TRY(call)                                                                  \
+  do {                                                                                          \
+    const cudaError_t gradzip_status_ = (call);                                                 \
+    if (gradzip_status_ != cudaSuccess) {                                                       \
+      throw ::gradzip::cuda_error(::gradzip::detail::concat(                                    \
+          #call, " failed: ", cudaGetErrorName(gradzip_status_), " (",                          \
+          cudaGetErrorString(gradzip_status_), ") at ", __FILE__, ":", __LINE__));              \
+    }                                                                                           \
+  } while (0)
+
+/// The no-throw twin for destructors: the error is dropped (and cleared).
+#define GRADZIP_CUDA_TRY_NO_THROW(call) static_cast<void>(call)
+
+namespace gradzip {
+
+class cuda {
+ public:
+  explicit cuda(cudaStream_t stream = nullptr) : stream_(stream) {
+    GRADZIP_CUDA_TRY(cudaMalloc(&status_, sizeof(wire::status)));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(wire::status), stream_));
+    int device = 0;
+    GRADZIP_CUDA_TRY(cudaGetDevice(&device));
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  }
+  cuda(const cuda&) = delete;
+  cuda& operator=(const cuda&) = delete;
+  cuda(cuda&& o) noexcept { swap(o); }
+  cuda& operator=(cuda&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  ~cuda() {
+    if (scratch_ != nullptr) GRADZIP_CUDA_TRY_NO_THROW(cudaFreeAsync(scratch_, stream_));
+    if (status_ != nullptr) {
+      GRADZIP_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream_));
+      GRADZIP_CUDA_TRY_NO_THROW(cudaFree(status_));
+    }
+  }
+
+  cudaStream_t stream() const noexcept { return stream_; }
+  int sm_count() const noexcept { return sm_count_; }
+
+  /// Grows scratch to at least `bytes` (stream-ordered; the old block is freed on the stream).
+  void reserve(std::size_t bytes) {
+    if (bytes <= capacity_) return;
+    if (scratch_ != nullptr) GRADZIP_CUDA_TRY(cudaFreeAsync(scratch_, stream_));
+    scratch_ = nullptr;
+    capacity_ = 0;
+    GRADZIP_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&scratch_), bytes, stream_));
+    capacity_ = bytes;
+  }
+
+  std::size_t scratch_capacity() const noexcept { return capacity_; }
+
+  /// Device scratch of at least `bytes` bytes, 256-byte aligned.
+  std::byte* scratch(std::size_t bytes) {
+    reserve(bytes);
+    return scratch_;
+  }
+
+  /// The decoders' status word (device memory).
+  wire::status* status_word() noexcept { return status_; }
+
+  /// Waits for the stream's work to finish.
+  void synchronize() { GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_)); }
+
+  /// Synchronizes, then throws format_error for the first bad payload a decode met since the
+  /// last check (and clears it).
+  void check() {
+    synchronize();
+    wire::status s;
+    GRADZIP_CUDA_TRY(cudaMemcpy(&s, status_, sizeof(s), cudaMemcpyDeviceToHost));
+    if (!s.ok()) {
+      GRADZIP_CUDA_TRY(cudaMemset(status_, 0, sizeof(wire::status)));
+      wire::throw_if_failed(s, "decompress (cuda)");
+    }
+  }
+
+ private:
+  void swap(cuda& o) noexcept {
+    std::swap(stream_, o.stream_);
+    std::swap(scratch_, o.scratch_);
+    std::swap(capacity_, o.capacity_);
+    std::swap(status_, o.status_);
+    std::swap(sm_count_, o.sm_count_);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::byte* scratch_ = nullptr;
+  std::size_t capacity_ = 0;
+  wire::status* status_ = nullptr;
+  int sm_count_ = 0;
+};
+
+namespace detail {
+
+/// Owning device array (cudaMalloc/cudaFree), for state such as error-feedback residuals.
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t n) : size_(n) {
+    if (n != 0) GRADZIP_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)));
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~device_buffer() {
+    if (data_ != nullptr) GRADZIP_CUDA_TRY_NO_THROW(cudaFree(data_));
+  }
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Blocks for a grid-stride loop over n items: enough to fill the GPU, no more than needed.
+inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = 256,
+                         unsigned blocks_per_sm = 8) {
+  const std::uint64_t needed = (n + block - 1) / block;
+  const std::uint64_t cap = static_cast<std::uint64_t>(exec.sm_count()) * blocks_per_sm;
+  return static_cast<unsigned>(needed == 0 ? 1 : (needed < cap ? needed : cap));
+}
+
+inline void require_aligned(const void* p, const char* what) {
+  GRADZIP_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % wire::alignment == 0, what,
+                  ": device payload buffers must be 16-byte aligned, got address ", p);
+}
+
+}  // namespace detail
+}  // namespace gradzip
+
+#include "gradzip/detail/cuda/elementwise.cuh"
+#include "gradzip/detail/cuda/payload.cuh"
+#include "gradzip/detail/cuda/topk.cuh"

@@ -1,0 +1,56 @@
+// executor_ops<cuda>: device buffers and element-wise work for stateful wrappers.
+#pragma once
+
+#include "gradzip/core/element_type.hpp"
+
+namespace gradzip::detail {
+
+template <class T>
+__global__ void add_kernel(T* y, const T* x, std::uint64_t n) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    y[i] = from_double<T>(to_float(y[i]) + to_float(x[i]));  // the host's arithmetic exactly
+  }
+}
+
+template <>
+struct executor_ops<cuda> {
+  template <class T>
+  using buffer = device_buffer<T>;
+
+  template <class T>
+  static buffer<T> allocate_zeroed(cuda& exec, std::size_t n) {
+    buffer<T> b(n);
+    if (n != 0) GRADZIP_CUDA_TRY(cudaMemsetAsync(b.data(), 0, n * sizeof(T), exec.stream()));
+    return b;
+  }
+
+  template <class T>
+  static span<T> view(buffer<T>& b) { return span<T>(b.data(), b.size()); }
+
+  template <class T>
+  static void add(cuda& exec, span<T> y, span<const T> x) {
+    if (y.empty()) return;
+    add_kernel<<<grid_for(exec, y.size()), 256, 0, exec.stream()>>>(y.data(), x.data(), y.size());
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class T>
+  static void copy_to_host(cuda& exec, const buffer<T>& from, T* to) {
+    if (from.size() == 0) return;
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(to, from.data(), from.size() * sizeof(T),
+                                     cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+  }
+
+  template <class T>
+  static void copy_from_host(cuda& exec, const T* from, buffer<T>& to) {
+    if (to.size() == 0) return;
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(to.data(), from, to.size() * sizeof(T),
+                                     cudaMemcpyHostToDevice, exec.stream()));
+    exec.synchronize();  // `from` may be a temporary
+  }
+};
+
+}  // namespace gradzip::detail

@@ -1,0 +1,122 @@
+// payload_backend<cuda>: the frame of a payload written on the device, and validated decoding
+// (validate, then apply, all stream-ordered; errors go to the executor's status word).
+#pragma once
+
+#include "gradzip/detail/values.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip::detail {
+
+template <class Codec>
+__global__ void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
+                                   std::uint64_t n, std::uint64_t k) {
+  Codec::write_frame(out, layout, type, n, k);  // the host's function: the same bytes
+}
+
+/// Records the first failure: only the thread that claims the empty word writes the numbers.
+__device__ inline void record_failure(wire::status* st, const wire::status& s) {
+  auto* code = reinterpret_cast<unsigned int*>(&st->code);
+  if (atomicCAS(code, 0u, static_cast<unsigned int>(s.code)) == 0u) {
+    st->a = s.a;
+    st->b = s.b;
+    st->c = s.c;
+  }
+}
+
+/// Thread 0 parses the payload into shared memory; returns false (for the whole block) on error.
+template <class Codec>
+__device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                               explicit_view& v, wire::status* st, bool report) {
+  __shared__ bool ok;
+  if (threadIdx.x == 0) {
+    wire::status s = Codec::parse(bytes, size, v);
+    if (s.ok() && v.header.element_count != out_size) {
+      s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
+    }
+    ok = s.ok();
+    if (!ok && report) record_failure(st, s);
+  }
+  __syncthreads();
+  return ok;
+}
+
+/// Shared-memory home of a parsed view (shared variables cannot have constructors).
+__device__ inline explicit_view& shared_view() {
+  __shared__ alignas(explicit_view) unsigned char storage[sizeof(explicit_view)];
+  return *reinterpret_cast<explicit_view*>(storage);
+}
+
+template <class Codec>
+__global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                                wire::status* st) {
+  explicit_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < v.count; j += stride) {
+    const wire::status s = Codec::check_index(v, j);
+    if (!s.ok()) record_failure(st, s);
+  }
+}
+
+template <class T>
+__global__ void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = from_double<T>(0.0);
+  }
+}
+
+template <class Codec, class T>
+__global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
+                             std::uint64_t out_size, float alpha, const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
+  explicit_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < v.count; j += stride) {
+    // Indices are strictly increasing (validated), so no two threads touch one element.
+    const std::uint64_t index = Codec::indices_type::load(v.indices, v.index_width, j);
+    accumulate(out[index], load_value(v.values, v.header.type, j), alpha);
+  }
+}
+
+template <>
+struct payload_backend<cuda> {
+  template <class Codec>
+  static void write_frame(cuda& exec, const Codec&, std::uint8_t* out,
+                          const wire::payload_layout& l, element_type type, std::uint64_t n,
+                          std::uint64_t k) {
+    require_aligned(out, "compress");
+    write_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(out, l, type, n, k);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class Codec, class T>
+  static void decode(cuda& exec, const Codec&, span<const std::byte> payload, span<T> out,
+                     float alpha, bool overwrite) {
+    static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
+    require_aligned(bytes, "decompress");
+    // At most payload.size() / 4 entries can fit (a 2-byte value needs a 4-byte index): the
+    // grid covers that bound; the kernels read the true count from the validated header.
+    const unsigned grid = grid_for(exec, payload.size() / 4);
+    validate_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.size(),
+                                                           exec.status_word());
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+    if (overwrite && !out.empty()) {
+      zero_if_ok_kernel<<<grid_for(exec, out.size()), 256, 0, exec.stream()>>>(
+          out.data(), out.size(), exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
+    apply_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.data(),
+                                                        out.size(), alpha, exec.status_word());
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+};
+
+}  // namespace gradzip::detail

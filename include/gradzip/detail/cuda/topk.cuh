@@ -1,0 +1,327 @@
+// CUDA top-k: radix select on magnitude keys with no host synchronization.
+//
+// For 32-bit keys (float, half, bf16), the input is read three times:
+//   1. histogram of the top 11 key bits (shared-memory counters), then one block picks the bin
+//      holding the k-th largest and narrows the prefix;
+//   2. histogram of the remaining 20 bits among keys with that prefix (global counters,
+//      warp-aggregated, plus a 1024-bin coarse histogram in shared memory), then one block
+//      resolves the exact threshold key T and how many ties at T to take;
+//   3. one cub::DeviceScan pass over (key > T, key == T) counts that writes each selected
+//      element straight to its position in the payload: indices come out sorted, ties go to the
+//      lower index, and no atomics decide any output.
+// 64-bit keys (double) take two more 20/12-bit histogram passes (five reads).
+// Every count is an integer, so the result is exact and equals the host's byte for byte.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include "gradzip/detail/topk_select.hpp"
+
+namespace gradzip::detail {
+
+inline constexpr int cuda_topk_wide_bits = 20;    // digits after the first
+inline constexpr int cuda_topk_coarse_bits = 10;  // coarse bins of a wide digit
+inline constexpr int cuda_topk_select_threads = 1024;
+
+template <class Key>
+struct cuda_topk_state {
+  Key prefix;
+  Key mask;
+  std::uint64_t rank;          // rank of the threshold among keys matching the prefix
+  std::uint64_t ties_to_take;  // set once the threshold is resolved
+};
+
+/// One radix digit: bits [shift, shift + width) of the key.
+struct radix_digit {
+  int shift;
+  int width;
+};
+
+/// The digits of the device select for a key of `key_bits` significant bits.
+inline int cuda_topk_digits(int key_bits, radix_digit* out) {
+  int count = 0;
+  int high = key_bits;
+  int width = topk_digit_bits;
+  while (high > 0) {
+    const int w = width < high ? width : high;
+    out[count++] = radix_digit{high - w, w};
+    high -= w;
+    width = cuda_topk_wide_bits;
+  }
+  return count;
+}
+
+template <class Key>
+__global__ void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
+  *st = cuda_topk_state<Key>{0, 0, k, 0};
+}
+
+/// Histogram of a narrow digit (at most 12 bits) in shared memory, flushed once per block.
+template <class T, class Key, int MaxBins>
+__global__ void narrow_histogram_kernel(const T* x, std::uint64_t n,
+                                        const cuda_topk_state<Key>* st, radix_digit d,
+                                        std::uint64_t* hist) {
+  __shared__ unsigned int local[MaxBins];
+  const int bins = 1 << d.width;
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const Key prefix = st->prefix, mask = st->mask;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const Key key = magnitude_key(x[i]);
+    if ((key & mask) == prefix) atomicAdd(&local[(key >> d.shift) & (bins - 1)], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    if (local[b] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(hist + b), local[b]);
+  }
+}
+
+/// Histogram of a wide digit: global fine counters (warp-aggregated) and shared coarse ones.
+template <class T, class Key>
+__global__ void wide_histogram_kernel(const T* x, std::uint64_t n, const cuda_topk_state<Key>* st,
+                                      radix_digit d, std::uint64_t* fine, std::uint64_t* coarse) {
+  constexpr int coarse_bins = 1 << cuda_topk_coarse_bits;
+  __shared__ unsigned int local[coarse_bins];
+  for (int b = threadIdx.x; b < coarse_bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const Key prefix = st->prefix, mask = st->mask;
+  const int coarse_shift = d.width - cuda_topk_coarse_bits;
+  const unsigned lane = threadIdx.x % 32;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  // Warp-uniform trip count (the loop runs while the warp's first lane is in range), so every
+  // lane reaches __match_any_sync together.
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i - lane < n; i += stride) {
+    unsigned int digit = 0xFFFFFFFFu;  // no digit has this value: lanes without a match
+    if (i < n) {
+      const Key key = magnitude_key(x[i]);
+      if ((key & mask) == prefix) digit = static_cast<unsigned int>((key >> d.shift) & ((Key{1} << d.width) - 1));
+    }
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+    if (digit != 0xFFFFFFFFu) {
+      if (lane == static_cast<unsigned>(__ffs(peers) - 1)) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(fine + digit),
+                  static_cast<unsigned long long>(__popc(peers)));
+      }
+      atomicAdd(&local[digit >> coarse_shift], 1u);
+    }
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < coarse_bins; b += blockDim.x) {
+    if (local[b] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(coarse + b), local[b]);
+  }
+}
+
+/**
+ * One block finds, in hist[0 .. bins) (bins <= 4 x 1024), the bin holding the rank-th largest,
+ * and the count of elements in higher bins. Every thread gets the answer.
+ */
+__device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std::uint64_t rank,
+                                       int& bin, std::uint64_t& above) {
+  using scan_t = cub::BlockScan<std::uint64_t, cuda_topk_select_threads>;
+  __shared__ typename scan_t::TempStorage temp;
+  __shared__ int found_bin;
+  __shared__ std::uint64_t found_above;
+  const int per = (bins + cuda_topk_select_threads - 1) / cuda_topk_select_threads;
+  // Thread t owns descending positions [t * per, (t + 1) * per): bins from the top down.
+  std::uint64_t mine = 0;
+  for (int p = threadIdx.x * per; p < (threadIdx.x + 1) * per && p < bins; ++p) mine += hist[bins - 1 - p];
+  std::uint64_t before = 0;
+  scan_t(temp).ExclusiveSum(mine, before);
+  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank
+    std::uint64_t acc = before;
+    for (int p = threadIdx.x * per; p < bins; ++p) {
+      const std::uint64_t c = hist[bins - 1 - p];
+      if (acc + c >= rank) {
+        found_bin = bins - 1 - p;
+        found_above = acc;
+        break;
+      }
+      acc += c;
+    }
+  }
+  __syncthreads();
+  bin = found_bin;
+  above = found_above;
+}
+
+template <class Key>
+__device__ void narrow_state(cuda_topk_state<Key>* st, radix_digit d, int digit, std::uint64_t above) {
+  st->rank -= above;
+  st->prefix |= static_cast<Key>(digit) << d.shift;
+  st->mask |= ((Key{1} << d.width) - 1) << d.shift;
+  if (d.shift == 0) st->ties_to_take = st->rank;  // resolved: rank counts ties at T to take
+}
+
+template <class Key>
+__global__ void narrow_select_kernel(const std::uint64_t* hist, radix_digit d, cuda_topk_state<Key>* st) {
+  int bin = 0;
+  std::uint64_t above = 0;
+  block_find_rank(hist, 1 << d.width, st->rank, bin, above);
+  if (threadIdx.x == 0) narrow_state(st, d, bin, above);
+}
+
+template <class Key>
+__global__ void wide_select_kernel(const std::uint64_t* fine, const std::uint64_t* coarse,
+                                   radix_digit d, cuda_topk_state<Key>* st) {
+  const int window = 1 << (d.width - cuda_topk_coarse_bits);
+  int c = 0, f = 0;
+  std::uint64_t above_coarse = 0, above_fine = 0;
+  const std::uint64_t rank = st->rank;
+  block_find_rank(coarse, 1 << cuda_topk_coarse_bits, rank, c, above_coarse);
+  __syncthreads();
+  block_find_rank(fine + static_cast<std::uint64_t>(c) * window, window, rank - above_coarse, f,
+                  above_fine);
+  if (threadIdx.x == 0) narrow_state(st, d, c * window + f, above_coarse + above_fine);
+}
+
+/// Per-element scan item: running counts of keys above T and equal to T, and the element.
+template <class T>
+struct topk_scan_item {
+  std::uint64_t above;
+  std::uint64_t ties;
+  T value;
+  unsigned int kind;  // 0 not selected, 1 above T, 2 equal to T
+};
+
+template <class T>
+struct topk_scan_op {
+  __device__ topk_scan_item<T> operator()(const topk_scan_item<T>& a, const topk_scan_item<T>& b) const {
+    return {a.above + b.above, a.ties + b.ties, b.value, b.kind};  // counts add, the rest is b's
+  }
+};
+
+template <class T, class Key>
+struct topk_classify {
+  const T* x;
+  const cuda_topk_state<Key>* st;
+  __device__ topk_scan_item<T> operator()(std::uint64_t i) const {
+    const T v = x[i];
+    const Key key = magnitude_key(v);
+    const Key threshold = st->prefix;
+    const unsigned int kind = key > threshold ? 1u : (key == threshold ? 2u : 0u);
+    return {kind == 1u ? 1ull : 0ull, kind == 2u ? 1ull : 0ull, v, kind};
+  }
+};
+
+template <class T, class Key, class Sink>
+struct topk_emit {
+  Sink sink;
+  const cuda_topk_state<Key>* st;
+  __device__ void operator()(std::uint64_t i, const topk_scan_item<T>& s) const {
+    const std::uint64_t ties = st->ties_to_take;
+    if (s.kind == 1u) {
+      sink(s.above - 1 + (s.ties < ties ? s.ties : ties), i, s.value);
+    } else if (s.kind == 2u && s.ties <= ties) {
+      sink(s.above + s.ties - 1, i, s.value);
+    }
+  }
+};
+
+template <class T, class Key, class Sink>
+auto topk_scan_iterators(const T* x, const cuda_topk_state<Key>* st, const Sink& sink) {
+  auto in = thrust::make_transform_iterator(thrust::counting_iterator<std::uint64_t>(0),
+                                            topk_classify<T, Key>{x, st});
+  auto out = thrust::make_tabulate_output_iterator(topk_emit<T, Key, Sink>{sink, st});
+  return std::make_pair(in, out);
+}
+
+/// Scratch layout of the device top-k.
+template <class Key>
+struct cuda_topk_scratch {
+  std::uint64_t* narrow;  // 4096 bins
+  std::uint64_t* fine;    // 2^20 bins
+  std::uint64_t* coarse;  // 1024 bins
+  cuda_topk_state<Key>* state;
+  void* scan_temp;
+  std::size_t scan_bytes;
+
+  static constexpr std::size_t narrow_bins = 4096;
+  static constexpr std::size_t fine_bins = std::size_t{1} << cuda_topk_wide_bits;
+  static constexpr std::size_t coarse_bins = std::size_t{1} << cuda_topk_coarse_bits;
+  static constexpr std::size_t counters_bytes = (narrow_bins + fine_bins + coarse_bins) * 8;
+
+  cuda_topk_scratch(std::byte* base, std::size_t scan)
+      : narrow(reinterpret_cast<std::uint64_t*>(base)),
+        fine(narrow + narrow_bins),
+        coarse(fine + fine_bins),
+        state(reinterpret_cast<cuda_topk_state<Key>*>(base + counters_bytes)),
+        scan_temp(base + counters_bytes + 256),
+        scan_bytes(scan) {}
+};
+
+template <class T, class Sink>
+std::size_t cuda_topk_scan_bytes(cudaStream_t stream, std::uint64_t n) {
+  using Key = key_type_t<T>;
+  std::size_t bytes = 0;
+  auto its = topk_scan_iterators<T, Key>(nullptr, nullptr, Sink{});
+  GRADZIP_CUDA_TRY(cub::DeviceScan::InclusiveScan(nullptr, bytes, its.first, its.second,
+                                                  topk_scan_op<T>{}, n, stream));
+  return bytes;
+}
+
+template <class T, class Sink>
+std::size_t cuda_topk_workspace_bytes(cuda& exec, std::uint64_t n) {
+  return cuda_topk_scratch<key_type_t<T>>::counters_bytes + 256 +
+         cuda_topk_scan_bytes<T, Sink>(exec.stream(), n);
+}
+
+/**
+ * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
+ * sink(position, index, value) on the device for each, positions in ascending index order.
+ * Stream-ordered on exec.stream(); no host synchronization.
+ */
+template <class T, class Sink>
+void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
+  using Key = key_type_t<T>;
+  const std::uint64_t n = x.size();
+  if (k == 0 || n == 0) return;
+  const cudaStream_t stream = exec.stream();
+  const std::size_t scan_bytes = cuda_topk_scan_bytes<T, Sink>(stream, n);
+  cuda_topk_scratch<Key> s(exec.scratch(cuda_topk_scratch<Key>::counters_bytes + 256 + scan_bytes),
+                           scan_bytes);
+
+  topk_init_kernel<<<1, 1, 0, stream>>>(s.state, k);
+  GRADZIP_CUDA_TRY(cudaGetLastError());
+  radix_digit digits[8];
+  const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
+  const unsigned grid = grid_for(exec, n, 256, 4);
+  for (int level = 0; level < levels; ++level) {
+    const radix_digit d = digits[level];
+    if (d.width <= 12) {
+      GRADZIP_CUDA_TRY(cudaMemsetAsync(s.narrow, 0, (std::size_t{1} << d.width) * 8, stream));
+      narrow_histogram_kernel<T, Key, 4096><<<grid, 256, 0, stream>>>(x.data(), n, s.state, d, s.narrow);
+      narrow_select_kernel<<<1, cuda_topk_select_threads, 0, stream>>>(s.narrow, d, s.state);
+    } else {
+      GRADZIP_CUDA_TRY(cudaMemsetAsync(s.fine, 0, (s.fine_bins + s.coarse_bins) * 8, stream));
+      wide_histogram_kernel<<<grid, 256, 0, stream>>>(x.data(), n, s.state, d, s.fine, s.coarse);
+      wide_select_kernel<<<1, cuda_topk_select_threads, 0, stream>>>(s.fine, s.coarse, d, s.state);
+    }
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+  auto its = topk_scan_iterators<T, Key>(x.data(), s.state, sink);
+  std::size_t bytes = s.scan_bytes;
+  GRADZIP_CUDA_TRY(cub::DeviceScan::InclusiveScan(s.scan_temp, bytes, its.first, its.second,
+                                                  topk_scan_op<T>{}, n, stream));
+}
+
+template <>
+struct structure_backend<cuda, sparsify::topk> {
+  template <class T>
+  static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
+    return cuda_topk_workspace_bytes<T, explicit_sink<T, encode::coo>>(exec, n);
+  }
+  template <class T, class Sink>
+  static void select(cuda& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,
+                     const Sink& sink) {
+    cuda_topk(exec, x, k, sink);
+  }
+};
+
+}  // namespace gradzip::detail

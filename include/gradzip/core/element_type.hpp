@@ -147,8 +147,10 @@ GRADZIP_HOST_DEVICE inline T from_double(double x) noexcept {
  * gives the largest key of all (above +inf). Used by top-k; ties on the key break by index.
  */
 GRADZIP_HOST_DEVICE inline std::uint32_t magnitude_key(float x) noexcept {
-  const std::uint32_t bits = detail::bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu;
-  return bits > 0x7F800000u ? 0x7FFFFFFFu : bits;
+  // Signed arithmetic on purpose: with the sign bit cleared the order is the same, and SSE2
+  // vectorizes signed compares (it has no unsigned 32-bit compare).
+  const std::int32_t bits = detail::bit_cast<std::int32_t>(x) & 0x7FFFFFFF;
+  return static_cast<std::uint32_t>(bits > 0x7F800000 ? 0x7FFFFFFF : bits);
 }
 
 GRADZIP_HOST_DEVICE inline std::uint64_t magnitude_key(double x) noexcept {

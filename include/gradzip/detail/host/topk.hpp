@@ -87,6 +87,28 @@ void histogram_chunk(const T* x, index_range r, Key prefix, Key prefix_mask, int
   }
 }
 
+/// Elements per block of the gather and compaction passes, which first test a whole block with
+/// a branch-free (vectorizable) loop and skip it when no element qualifies: at 1 % density most
+/// blocks are skipped.
+inline constexpr std::size_t topk_scan_block = 64;
+
+/// Calls f(i) for each i in r with pred(x[i]), skipping blocks where pred holds nowhere.
+template <class T, class Pred, class F>
+void for_each_match(const T* x, index_range r, const Pred& pred, F&& f) {
+  std::size_t i = r.begin;
+  for (; i + topk_scan_block <= r.end; i += topk_scan_block) {
+    unsigned any = 0;
+    for (std::size_t j = 0; j < topk_scan_block; ++j) any |= static_cast<unsigned>(pred(x[i + j]));
+    if (!any) continue;
+    for (std::size_t j = i; j < i + topk_scan_block; ++j) {
+      if (pred(x[j])) f(j);
+    }
+  }
+  for (; i < r.end; ++i) {
+    if (pred(x[i])) f(i);
+  }
+}
+
 /**
  * Selects the k elements of x with the largest magnitude (ties to the lower index) and calls
  * sink(position, index, value) for each, positions 0..k-1 in ascending index order.
@@ -146,10 +168,8 @@ void host_topk(host& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range r = chunk_of(n, chunks, c);
       Key* out = s.candidates + s.out_at[c];
-      for (std::size_t i = r.begin; i < r.end; ++i) {
-        const Key key = magnitude_key(x[i]);
-        if ((key & prefix_mask) == prefix) *out++ = key;
-      }
+      const auto in_bin = [=](const T& v) { return (magnitude_key(v) & prefix_mask) == prefix; };
+      for_each_match(x.data(), r, in_bin, [&](std::size_t i) { *out++ = magnitude_key(x[i]); });
     });
     std::copy(s.candidates, s.candidates + in_bin_total, s.candidates_sorted);
     std::nth_element(s.candidates_sorted, s.candidates_sorted + (rank - 1),
@@ -180,13 +200,20 @@ void host_topk(host& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
     const index_range r = chunk_of(n, chunks, c);
     std::uint64_t pos = s.out_at[c];
     std::uint64_t ties = s.take_ties[c];
-    for (std::size_t i = r.begin; i < r.end; ++i) {
+    const Key t = threshold;
+    // Keys never exceed the signed maximum, so a signed compare orders them the same (and
+    // vectorizes on baseline x86-64).
+    using signed_key = std::make_signed_t<Key>;
+    const auto candidate = [t](const T& v) {
+      return static_cast<signed_key>(magnitude_key(v)) >= static_cast<signed_key>(t);
+    };
+    for_each_match(x.data(), r, candidate, [&](std::size_t i) {
       const Key key = magnitude_key(x[i]);
-      if (key > threshold || (key == threshold && ties > 0)) {
-        if (key == threshold) --ties;
+      if (key > t || ties > 0) {
+        if (key == t) --ties;
         sink(pos++, i, x[i]);
       }
-    }
+    });
   });
 }
 

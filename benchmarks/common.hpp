@@ -1,0 +1,82 @@
+// Shared benchmark pieces: the size axis, cached synthetic gradients, and the memory-bandwidth
+// roofline (a plain copy of the same bytes, with the same threads) measured in the same run, so
+// every result reads as input GB/s and as a fraction of what the machine can move.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "common/synthetic_gradient.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+
+namespace gradzip_bench {
+
+/// 2^16, 2^18, ..., 2^26 elements.
+inline void size_axis(benchmark::internal::Benchmark* b) {
+  for (int log2 = 16; log2 <= 26; log2 += 2) b->Arg(std::int64_t{1} << log2);
+}
+
+/// The heavy-tailed synthetic gradient (tools/common/synthetic_gradient.hpp), made once per size.
+inline const std::vector<float>& gradient(std::size_t n) {
+  static std::map<std::size_t, std::vector<float>> cache;
+  auto it = cache.find(n);
+  if (it == cache.end()) it = cache.emplace(n, gradzip_tools::synthetic_gradient<float>(n, 2024)).first;
+  return it->second;
+}
+
+/// Bytes per second of a parallel memcpy of `bytes` bytes with `exec`'s threads (best of 5 runs
+/// of at least 20 ms), measured once per size and reused by every benchmark of that size.
+inline double copy_bytes_per_second(gradzip::host& exec, std::size_t bytes) {
+  static std::map<std::size_t, double> cache;
+  auto it = cache.find(bytes);
+  if (it != cache.end()) return it->second;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const std::size_t chunks = gradzip::detail::chunk_count(exec, bytes, 1 << 16);
+  double best = 0.0;
+  for (int run = 0; run < 5; ++run) {
+    std::size_t reps = 0;
+    const auto start = std::chrono::steady_clock::now();
+    double seconds = 0.0;
+    do {
+      gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+        const auto r = gradzip::detail::chunk_of(bytes, chunks, c);
+        std::memcpy(dst.data() + r.begin, src.data() + r.begin, r.end - r.begin);
+      });
+      benchmark::ClobberMemory();
+      ++reps;
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (seconds < 0.02);
+    best = std::max(best, static_cast<double>(bytes) * reps / seconds);
+  }
+  return cache[bytes] = best;
+}
+
+/// Sets input bytes/s and the fraction of the copy roofline ("roofline") on a finished state.
+inline void report(benchmark::State& state, gradzip::host& exec, std::size_t input_bytes,
+                   double seconds_per_iteration) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * input_bytes));
+  const double copy = copy_bytes_per_second(exec, input_bytes);
+  state.counters["input_GBps"] = input_bytes / seconds_per_iteration / 1e9;
+  state.counters["copy_GBps"] = copy / 1e9;
+  state.counters["roofline"] = (input_bytes / seconds_per_iteration) / copy;
+}
+
+/// Times the body of a benchmark loop with a steady clock and reports like `report`.
+template <class Body>
+void run_timed(benchmark::State& state, gradzip::host& exec, std::size_t input_bytes, Body&& body) {
+  double total = 0.0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  report(state, exec, input_bytes, total / static_cast<double>(state.iterations()));
+}
+
+}  // namespace gradzip_bench

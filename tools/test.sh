@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds gradzip's tests, benchmarks and examples and runs the whole test suite.
+# CUDA targets are compiled (for sm_90) whenever nvcc exists; the GPU tests run where a GPU is
+# and report skipped elsewhere. Usage: tools/test.sh [build-dir (default build)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+tools/deps.sh cmake ninja-build g++ catch2 libbenchmark-dev clang-14 libclang-rt-14-dev
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+cmake --build "$build" --parallel "$(nproc)"
+ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)"

@@ -125,12 +125,23 @@ int main(int argc, char** argv) {
   gradzip::host exec;
   using topk_codec = gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo>;
 
+  namespace gz = gradzip;
   std::vector<row> rows;
+  rows.push_back(measure("dense fp32 (none + none + none)",
+                         gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>{}, exec, g));
+  rows.push_back(measure("dense cast fp16",
+                         gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, exec, g));
+  rows.push_back(measure("dense cast bf16",
+                         gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>{}, exec, g));
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
     rows.push_back(measure(name, topk_codec{gradzip::sparsify::topk::ratio(ratio)}, exec, g));
   }
+  rows.push_back(measure("topk 1% + cast fp16 + coo",
+                         gz::codec<gz::sparsify::topk, gz::quantize::cast_fp16, gz::encode::coo>{
+                             gz::sparsify::topk::ratio(0.01)},
+                         exec, g));
   const int steps = 10;
   rows.push_back(measure_feedback("topk 1% + coo + error feedback x10",
                                   topk_codec{gradzip::sparsify::topk::ratio(0.01)}, exec, n, seed, steps));

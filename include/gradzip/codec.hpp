@@ -3,10 +3,12 @@
  * @brief `gradzip::codec<Structure, Values, Indices>`: stage policies composed into one codec.
  *
  * A codec turns a dense gradient into one self-describing payload (see docs/format.md) and
- * back. The stages run in order: the structure stage chooses what to send (`sparsify::topk`),
- * the values stage encodes the chosen values (`quantize::none` sends them unchanged), and the
- * indices stage encodes the chosen indices (`encode::coo`). A codec is a small trivially
- * copyable value; the executor it is called with owns the scratch memory.
+ * back. The stages run in order: the structure stage chooses what to send (`sparsify::topk`,
+ * or `sparsify::none` for every element), the values stage encodes the chosen values
+ * (`quantize::none` sends them unchanged, `quantize::cast<f16/bf16>` rounds them), and the
+ * indices stage encodes the chosen indices (`encode::coo`, or `encode::none` for a dense
+ * structure). A codec is a small trivially copyable value; the executor it is called with owns
+ * the scratch memory. `codec::summable` says whether payloads may be summed (allreduced).
  *
  * Every call takes an executor first: `gradzip::host` (this header) or `gradzip::cuda`
  * (`gradzip/core/cuda.cuh`, which adds the CUDA backends). Both produce the same bytes.
@@ -31,8 +33,12 @@
 #include "gradzip/core/span.hpp"
 #include "gradzip/detail/host/topk.hpp"
 #include "gradzip/detail/values.hpp"
+#include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/encode/coo.hpp"
+#include "gradzip/encode/none.hpp"
+#include "gradzip/quantize/cast.hpp"
 #include "gradzip/quantize/none.hpp"
+#include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -41,30 +47,26 @@ namespace gradzip {
 
 namespace detail {
 
-/// What a validated explicit-index payload holds: where its indices and values are.
+/// What a validated payload holds: its count and where its indices (if any) and values are.
 struct explicit_view {
   wire::header header;
-  std::uint64_t count = 0;  // selected elements k
-  int index_width = 0;
+  std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
+  int index_width = 0;      // 0 when the payload has no indices section
   const std::uint8_t* indices = nullptr;
   const std::uint8_t* values = nullptr;
 };
 
-/// Writes selected elements straight into the payload: the index via the index stage, the value
-/// unchanged (values stage `none`).
-template <class T, class Indices>
-struct explicit_sink {
+/// Writes each chosen element straight into the payload: its index through the indices stage
+/// (when there is one), its value through the values stage.
+template <class T, class Values, class Indices>
+struct payload_sink {
   std::uint8_t* indices;
   int index_width;
   std::uint8_t* values;
 
   GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
-    Indices::store(indices, index_width, pos, index);
-#if defined(__CUDA_ARCH__)
-    reinterpret_cast<T*>(values)[pos] = value;
-#else
-    std::memcpy(values + pos * sizeof(T), &value, sizeof(T));
-#endif
+    if constexpr (Indices::id != 0) Indices::store(indices, index_width, pos, index);
+    Values::store(values, pos, value);
   }
 };
 
@@ -72,6 +74,21 @@ struct explicit_sink {
 /// the host below and for CUDA in gradzip/core/cuda.cuh.
 template <class Exec, class Structure>
 struct structure_backend;
+
+template <>
+struct structure_backend<host, sparsify::none> {
+  template <class T>
+  static std::size_t workspace_bytes(host&, std::size_t) { return 0; }
+  template <class T, class Sink>
+  static void select(host& exec, const sparsify::none&, span<const T> x, std::uint64_t,
+                     const Sink& sink) {
+    const std::size_t chunks = chunk_count(exec, x.size());
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(x.size(), chunks, c);
+      for (std::size_t i = r.begin; i < r.end; ++i) sink(i, i, x[i]);
+    });
+  }
+};
 
 template <>
 struct structure_backend<host, sparsify::topk> {
@@ -97,13 +114,12 @@ class codec {
   static_assert(std::is_trivially_copyable_v<Structure> && std::is_trivially_copyable_v<Values> &&
                     std::is_trivially_copyable_v<Indices>,
                 "codec: stage policies must be trivially copyable value types");
-  static_assert(Structure::explicit_indices,
-                "codec: this structure stage sends no explicit indices, which the foundation "
-                "codec does not support yet");
-  static_assert(std::is_same_v<Values, quantize::none>,
-                "codec: values stage must be quantize::none (the only values stage so far)");
-  static_assert(Indices::id != 0, "codec: the structure stage sends explicit indices, so the "
-                                  "indices stage must encode them (e.g. encode::coo)");
+  static_assert(!Structure::explicit_indices || Indices::id != 0,
+                "codec: the structure stage sends explicit indices, so the indices stage must "
+                "encode them (e.g. encode::coo)");
+  static_assert(Structure::explicit_indices || std::is_same_v<Indices, encode::none>,
+                "codec: the structure stage sends every element in order, so the indices stage "
+                "must be encode::none");
 
  public:
   using structure_type = Structure;
@@ -111,8 +127,12 @@ class codec {
   using indices_type = Indices;
 
   static constexpr wire::codec_id id{0, Structure::id, Values::id, Indices::id};
+  /// Whether the payloads of several workers may be summed (allreduced) instead of gathered.
+  static constexpr bool summable = Structure::summable && Values::summable;
+  static constexpr bool has_indices = Structure::explicit_indices;
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
   static constexpr std::uint64_t params_bytes = 8 + Values::param_bytes + Indices::param_bytes;
+  static constexpr std::uint32_t section_count = has_indices ? 3 : 2;
 
   constexpr codec() = default;
   explicit constexpr codec(Structure s, Values v = {}, Indices i = {})
@@ -124,8 +144,8 @@ class codec {
   static wire::payload_layout layout(element_type type, std::uint64_t n, std::uint64_t k) {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
-    l.add(wire::tag::indices, Indices::section_bytes(k, n));
-    l.add(wire::tag::values, k * element_size(type));
+    if constexpr (has_indices) l.add(wire::tag::indices, Indices::section_bytes(k, n));
+    l.add(wire::tag::values, k * Values::value_size(type));
     return l;
   }
 
@@ -159,8 +179,9 @@ class codec {
                     " bytes, the payload needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k);
-    const detail::explicit_sink<T, Indices> sink{base + l.at(1).offset, Indices::index_width(n),
-                                                 base + l.at(2).offset};
+    const detail::payload_sink<T, Values, Indices> sink{
+        has_indices ? base + l.at(1).offset : nullptr, has_indices ? index_width(n) : 0,
+        base + l.at(section_count - 1).offset};
     detail::structure_backend<Exec, Structure>::select(exec, structure_, input, k, sink);
     return l.total_bytes();
   }
@@ -196,8 +217,18 @@ class codec {
     std::uint8_t* params = out + l.at(0).offset;
     for (std::uint64_t i = 0; i < params_bytes; ++i) params[i] = 0;
     wire::detail::store_le(params, k, 8);
-    params[8 + Values::param_bytes] = static_cast<std::uint8_t>(Indices::index_width(n));
+    Values::write_params(params + 8);
+    Indices::write_params(params + 8 + Values::param_bytes, n);
     wire::zero_section_padding(out, l);
+  }
+
+  /// Index width in bytes for n elements (0 without an indices section).
+  GRADZIP_HOST_DEVICE static int index_width(std::uint64_t n) {
+    if constexpr (has_indices) {
+      return Indices::index_width(n);
+    } else {
+      return 0;
+    }
   }
 
   /// Validates a payload's frame: header, codec, sections, parameters and section sizes.
@@ -210,50 +241,65 @@ class codec {
     if (h.codec.packed() != expected_id) {
       return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), expected_id);
     }
-    const wire::tag tags[3] = {wire::tag::params, wire::tag::indices, wire::tag::values};
-    s = wire::expect_sections(h, tags, 3);
+    const wire::tag tags[3] = {wire::tag::params, has_indices ? wire::tag::indices : wire::tag::values,
+                               wire::tag::values};
+    s = wire::expect_sections(h, tags, section_count);
     if (!s.ok()) return s;
     if (h.sections[0].size != params_bytes) {
       return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
     }
-    const std::uint8_t* params = bytes + h.sections[0].offset;
+    const std::uint64_t params_at = h.sections[0].offset;
+    const std::uint8_t* params = bytes + params_at;
     v.count = wire::detail::load_le(params, 8);
     if (v.count > h.element_count) {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
     }
-    const std::uint64_t width_at = 8 + Values::param_bytes;
-    v.index_width = params[width_at];
-    if (v.index_width != Indices::index_width(h.element_count)) {
-      return wire::fail(wire::format_errc::bad_params, width_at, params[width_at]);
+    if (!has_indices && v.count != h.element_count) {  // a dense payload sends every element
+      return wire::fail(wire::format_errc::bad_params, 0, v.count);
     }
-    for (std::uint64_t i = width_at + 1; i < params_bytes; ++i) {
-      if (params[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, h.sections[0].offset + i);
-    }
+    s = Values::check_params(params + 8, params_at + 8);
+    if (!s.ok()) return s;
+    s = Indices::check_params(params + 8 + Values::param_bytes, h.element_count,
+                              params_at + 8 + Values::param_bytes);
+    if (!s.ok()) return s;
+    v.index_width = index_width(h.element_count);
     std::uint64_t index_bytes = 0, value_bytes = 0;
-    if (!wire::detail::checked_mul(v.count, v.index_width, index_bytes) ||
-        !wire::detail::checked_mul(v.count, element_size(h.type), value_bytes)) {
+    if (!wire::detail::checked_mul(v.count, static_cast<std::uint64_t>(v.index_width), index_bytes) ||
+        !wire::detail::checked_mul(v.count, Values::value_size(h.type), value_bytes)) {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
     }
-    if (h.sections[1].size != index_bytes) {
+    const std::uint32_t values_at = section_count - 1;
+    if (has_indices && h.sections[1].size != index_bytes) {
       return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, index_bytes);
     }
-    if (h.sections[2].size != value_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 2, h.sections[2].size, value_bytes);
+    if (h.sections[values_at].size != value_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, values_at, h.sections[values_at].size,
+                        value_bytes);
     }
-    v.indices = bytes + h.sections[1].offset;
-    v.values = bytes + h.sections[2].offset;
+    v.indices = has_indices ? bytes + h.sections[1].offset : nullptr;
+    v.values = bytes + h.sections[values_at].offset;
     return {};
+  }
+
+  /// The tensor index of payload element j (its own position for a dense structure).
+  GRADZIP_HOST_DEVICE static std::uint64_t index_at(const detail::explicit_view& v, std::uint64_t j) {
+    if constexpr (has_indices) {
+      return Indices::load(v.indices, v.index_width, j);
+    } else {
+      return j;
+    }
   }
 
   /// Checks index j of a parsed payload: below n and above index j - 1.
   GRADZIP_HOST_DEVICE static wire::status check_index(const detail::explicit_view& v,
                                                       std::uint64_t j) {
-    const std::uint64_t index = Indices::load(v.indices, v.index_width, j);
+    if constexpr (!has_indices) return {};
+    const std::uint64_t index = index_at(v, j);
     if (index >= v.header.element_count) {
       return wire::fail(wire::format_errc::index_out_of_range, j, index, v.header.element_count);
     }
     if (j > 0) {
-      const std::uint64_t previous = Indices::load(v.indices, v.index_width, j - 1);
+      const std::uint64_t previous = index_at(v, j - 1);
       if (index <= previous) return wire::fail(wire::format_errc::index_not_increasing, j, index, previous);
     }
     return {};
@@ -289,13 +335,15 @@ struct payload_backend<host> {
                                        out.size()),
                             "decompress");
     }
-    for (std::uint64_t j = 0; j < v.count; ++j) {
-      wire::throw_if_failed(Codec::check_index(v, j), "decompress");
+    if constexpr (Codec::has_indices) {
+      for (std::uint64_t j = 0; j < v.count; ++j) {
+        wire::throw_if_failed(Codec::check_index(v, j), "decompress");
+      }
     }
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    using values_t = typename Codec::values_type;
     for (std::uint64_t j = 0; j < v.count; ++j) {
-      const std::uint64_t index = Codec::indices_type::load(v.indices, v.index_width, j);
-      accumulate(out[index], load_value(v.values, v.header.type, j), alpha);
+      accumulate(out[Codec::index_at(v, j)], values_t::load(v.values, v.header.type, j), alpha);
     }
   }
 };

@@ -49,11 +49,10 @@ struct device_vector {
   gz::span<T> view() const { return gz::span<T>(data, size); }
 };
 
-template <class T>
-std::vector<std::byte> device_compress(const gz::codec<gz::sparsify::topk>& c, gz::cuda& exec,
-                                       const std::vector<T>& x) {
+template <class Codec, class T>
+std::vector<std::byte> device_compress(const Codec& c, gz::cuda& exec, const std::vector<T>& x) {
   device_vector<T> dx(x);
-  device_vector<std::byte> out(c.max_compressed_bytes<T>(x.size()));
+  device_vector<std::byte> out(c.template max_compressed_bytes<T>(x.size()));
   const std::size_t bytes = c.compress(exec, gz::span<const T>(dx.data, x.size()), out.view());
   exec.synchronize();
   auto h = out.download();
@@ -61,8 +60,8 @@ std::vector<std::byte> device_compress(const gz::codec<gz::sparsify::topk>& c, g
   return h;
 }
 
-template <class T>
-void check_parity(const std::vector<T>& x, const gz::codec<gz::sparsify::topk>& c, gz::cuda& dev) {
+template <class T, class Codec = gz::codec<gz::sparsify::topk>>
+void check_parity(const std::vector<T>& x, const Codec& c, gz::cuda& dev) {
   gz::host host;
   const auto expected = test::compress(c, host, x);
   const auto got = device_compress(c, dev, x);
@@ -228,4 +227,33 @@ TEST_CASE("cuda compress allocates nothing after reserve", "[gpu]") {
   device_compress(c, exec, g);
   device_compress(c, exec, g);
   CHECK(exec.scratch_capacity() == capacity);
+}
+
+TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using dense_fp16 = gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>;
+  using dense_bf16 = gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>;
+  using dense_raw = gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>;
+  using topk_fp16 = gz::codec<gz::sparsify::topk, gz::quantize::cast_fp16, gz::encode::coo>;
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 21);
+    g[0] = 1e6f;  // fp16 overflow
+    check_parity(g, dense_fp16{}, dev);
+    check_parity(g, dense_bf16{}, dev);
+    check_parity(g, dense_raw{}, dev);
+    check_parity(g, topk_fp16{gz::sparsify::topk::ratio(0.01)}, dev);
+    check_parity(converted<__nv_bfloat16>(g), dense_fp16{}, dev);
+    // Decode on the device equals decode on the host.
+    const auto payload = test::compress(dense_bf16{}, host, g);
+    device_vector<std::byte> dp(payload);
+    device_vector<float> dout(n);
+    dense_bf16{}.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dout.view());
+    dev.check();
+    std::vector<float> expected(n);
+    dense_bf16{}.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(expected));
+    const auto got = dout.download();
+    CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
+  }
 }

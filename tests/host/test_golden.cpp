@@ -56,6 +56,13 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
   wire::seal(span<std::byte>(sealed));
   check_golden("topk4_f32_n100_sealed.grdz", sealed);
 
+  check_golden("dense_bf16_f32_n33.grdz",
+               test::compress(codec<sparsify::none, quantize::cast_bf16, encode::none>{}, exec,
+                              golden_input<float>(33, 6)));
+  check_golden("topk7_fp16_f32_n200.grdz",
+               test::compress(codec<sparsify::topk, quantize::cast_fp16>{sparsify::topk::count(7)},
+                              exec, golden_input<float>(200, 7)));
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

@@ -14,23 +14,14 @@ namespace gradzip::detail {
 /// IEEE binary16 bits to float, exactly (subnormals, inf and NaN included).
 GRADZIP_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  std::uint32_t exponent = (h >> 10) & 0x1Fu;
-  std::uint32_t mantissa = h & 0x3FFu;
-  std::uint32_t bits;
-  if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  const std::uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return bit_cast<float>(bit_cast<std::uint32_t>(magnitude) | sign);
   }
+  const std::uint32_t bits = exponent == 0x1F ? (sign | 0x7F800000u | (mantissa << 13))
+                                              : (sign | ((exponent + 112) << 23) | (mantissa << 13));
   return bit_cast<float>(bits);
 }
 

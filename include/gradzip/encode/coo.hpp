@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "gradzip/core/config.hpp"
+#include "gradzip/wire/format.hpp"
 
 namespace gradzip::encode {
 
@@ -26,6 +27,21 @@ struct coo {
   static constexpr std::uint8_t id = 1;
   /// Bytes of this stage in the params section: the index width, then 7 reserved zero bytes.
   static constexpr std::uint64_t param_bytes = 8;
+
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p, std::uint64_t n) {
+    p[0] = static_cast<std::uint8_t>(index_width(n));
+  }
+
+  /// The width byte must be the rule's for n, the reserved bytes zero; `at` is the parameters'
+  /// offset in the payload, for the error message.
+  GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t n,
+                                                       std::uint64_t at) {
+    if (p[0] != index_width(n)) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+    for (int i = 1; i < 8; ++i) {
+      if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
+    }
+    return {};
+  }
 
   /// Index width in bytes for a tensor of n elements.
   GRADZIP_HOST_DEVICE static constexpr int index_width(std::uint64_t n) {

@@ -33,6 +33,8 @@ class topk {
   static constexpr std::uint8_t id = 1;
   /// The payload lists the chosen indices explicitly (an index stage encodes them).
   static constexpr bool explicit_indices = true;
+  /// Workers select different indices, so payloads cannot be summed: gather and decode instead.
+  static constexpr bool summable = false;
 
   /// Defaults to the classic 1 % (Aji & Heafield 2017; DGC uses 0.1 %).
   constexpr topk() = default;

@@ -52,6 +52,7 @@ __global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, s
                                 wire::status* st) {
   explicit_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
+  if constexpr (!Codec::has_indices) return;  // nothing beyond the frame to check
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
@@ -80,8 +81,7 @@ __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* o
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
     // Indices are strictly increasing (validated), so no two threads touch one element.
-    const std::uint64_t index = Codec::indices_type::load(v.indices, v.index_width, j);
-    accumulate(out[index], load_value(v.values, v.header.type, j), alpha);
+    accumulate(out[Codec::index_at(v, j)], Codec::values_type::load(v.values, v.header.type, j), alpha);
   }
 }
 

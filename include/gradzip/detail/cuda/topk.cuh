@@ -217,11 +217,33 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
                                                   topk_scan_op<T>{}, n, stream));
 }
 
+template <class T, class Sink>
+__global__ void dense_emit_kernel(const T* x, std::uint64_t n, Sink sink) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    sink(i, i, x[i]);
+  }
+}
+
+template <>
+struct structure_backend<cuda, sparsify::none> {
+  template <class T>
+  static std::size_t workspace_bytes(cuda&, std::size_t) { return 0; }
+  template <class T, class Sink>
+  static void select(cuda& exec, const sparsify::none&, span<const T> x, std::uint64_t,
+                     const Sink& sink) {
+    if (x.empty()) return;
+    dense_emit_kernel<<<grid_for(exec, x.size()), 256, 0, exec.stream()>>>(x.data(), x.size(), sink);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+};
+
 template <>
 struct structure_backend<cuda, sparsify::topk> {
   template <class T>
   static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
-    return cuda_topk_workspace_bytes<T, explicit_sink<T, encode::coo>>(exec, n);
+    return cuda_topk_workspace_bytes<T, payload_sink<T, quantize::none, encode::coo>>(exec, n);
   }
   template <class T, class Sink>
   static void select(cuda& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,

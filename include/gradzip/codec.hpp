@@ -325,7 +325,6 @@ struct payload_backend<host> {
   static void decode(host& exec, const Codec&, span<const std::byte> payload, span<T> out,
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    (void)exec;
     explicit_view v;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     wire::throw_if_failed(Codec::parse(bytes, payload.size(), v), "decompress");
@@ -335,16 +334,28 @@ struct payload_backend<host> {
                                        out.size()),
                             "decompress");
     }
+    // Validate every index before writing anything (a bad payload changes nothing). Chunks are
+    // checked in parallel and reported in order, so the error names the first bad position.
+    const std::size_t chunks = chunk_count(exec, v.count);
     if constexpr (Codec::has_indices) {
-      for (std::uint64_t j = 0; j < v.count; ++j) {
-        wire::throw_if_failed(Codec::check_index(v, j), "decompress");
-      }
+      auto* found = reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status)));
+      std::fill(found, found + chunks, wire::status{});
+      for_each_chunk(exec, chunks, [&](std::size_t c) {
+        const index_range r = chunk_of(v.count, chunks, c);
+        for (std::uint64_t j = r.begin; j < r.end && found[c].ok(); ++j) found[c] = Codec::check_index(v, j);
+      });
+      for (std::size_t c = 0; c < chunks; ++c) wire::throw_if_failed(found[c], "decompress");
     }
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
     using values_t = typename Codec::values_type;
-    for (std::uint64_t j = 0; j < v.count; ++j) {
-      accumulate(out[Codec::index_at(v, j)], values_t::load(v.values, v.header.type, j), alpha);
-    }
+    with_element_type(v.header.type, [&](auto type) {
+      for_each_chunk(exec, chunks, [&](std::size_t c) {  // indices are increasing: chunks never overlap
+        const index_range r = chunk_of(v.count, chunks, c);
+        for (std::uint64_t j = r.begin; j < r.end; ++j) {
+          accumulate(out[Codec::index_at(v, j)], values_t::load(v.values, decltype(type)::value, j), alpha);
+        }
+      });
+    });
   }
 };
 

@@ -57,6 +57,19 @@ GRADZIP_HOST_DEVICE inline double load_value(const std::uint8_t* values, element
   return 0.0;
 }
 
+/// Calls f(std::integral_constant<element_type, type>{}), so that loops inside f see the element
+/// type as a constant and switch on it once, not per element.
+template <class F>
+decltype(auto) with_element_type(element_type type, F&& f) {
+  switch (type) {
+    case element_type::f64: return f(std::integral_constant<element_type, element_type::f64>{});
+    case element_type::f16: return f(std::integral_constant<element_type, element_type::f16>{});
+    case element_type::bf16: return f(std::integral_constant<element_type, element_type::bf16>{});
+    case element_type::f32: break;
+  }
+  return f(std::integral_constant<element_type, element_type::f32>{});
+}
+
 /**
  * y <- y + alpha * v with one rounding per step that both executors share: plain addition when
  * alpha is 1, else a fused multiply-add (fma), in double when y is double, in float otherwise,

@@ -133,6 +133,14 @@ int main(int argc, char** argv) {
                          gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, exec, g));
   rows.push_back(measure("dense cast bf16",
                          gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>{}, exec, g));
+  rows.push_back(measure("dense uniform 8-bit (bucket 512)",
+                         gz::codec<gz::sparsify::none, gz::quantize::uniform<8>, gz::encode::none>{}, exec, g));
+  rows.push_back(measure("dense uniform 4-bit (bucket 512)",
+                         gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>{}, exec, g));
+  using stochastic2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
+  rows.push_back(measure("dense uniform 2-bit stochastic",
+                         gz::codec<gz::sparsify::none, stochastic2, gz::encode::none>{{}, stochastic2{seed}},
+                         exec, g));
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
@@ -140,6 +148,10 @@ int main(int argc, char** argv) {
   }
   rows.push_back(measure("topk 1% + cast fp16 + coo",
                          gz::codec<gz::sparsify::topk, gz::quantize::cast_fp16, gz::encode::coo>{
+                             gz::sparsify::topk::ratio(0.01)},
+                         exec, g));
+  rows.push_back(measure("topk 1% + uniform 4-bit + coo",
+                         gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::coo>{
                              gz::sparsify::topk::ratio(0.01)},
                          exec, g));
   const int steps = 10;

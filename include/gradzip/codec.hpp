@@ -38,6 +38,7 @@
 #include "gradzip/encode/none.hpp"
 #include "gradzip/quantize/cast.hpp"
 #include "gradzip/quantize/none.hpp"
+#include "gradzip/quantize/uniform.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
@@ -53,8 +54,46 @@ struct explicit_view {
   std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
   int index_width = 0;      // 0 when the payload has no indices section
   const std::uint8_t* indices = nullptr;
+  const std::uint8_t* scales = nullptr;  // bucketed values stages only
   const std::uint8_t* values = nullptr;
 };
+
+template <class Values, class = void>
+struct is_bucketed : std::false_type {};
+template <class Values>
+struct is_bucketed<Values, std::void_t<decltype(Values::bucketed)>> : std::bool_constant<Values::bucketed> {};
+
+/// Writes indices into the payload and values, widened to float, into scratch: for values stages
+/// that need every value of a bucket before they can encode any.
+template <class T, class Indices>
+struct split_sink {
+  std::uint8_t* indices;
+  int index_width;
+  float* values;
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
+    Indices::store(indices, index_width, pos, index);
+    values[pos] = static_cast<float>(to_float(value));
+  }
+};
+
+/// The tensor index of value j: j itself for a dense structure.
+struct identity_index {
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const { return j; }
+};
+
+/// The tensor index of value j, read back from the payload's indices section.
+template <class Indices>
+struct stored_index {
+  const std::uint8_t* indices;
+  int index_width;
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const {
+    return Indices::load(indices, index_width, j);
+  }
+};
+
+/// values_backend<Exec>: bucketed values stages on an executor (host below, CUDA in cuda.cuh).
+template <class Exec>
+struct values_backend;
 
 /// Writes each chosen element straight into the payload: its index through the indices stage
 /// (when there is one), its value through the values stage.
@@ -130,9 +169,10 @@ class codec {
   /// Whether the payloads of several workers may be summed (allreduced) instead of gathered.
   static constexpr bool summable = Structure::summable && Values::summable;
   static constexpr bool has_indices = Structure::explicit_indices;
+  static constexpr bool bucketed = detail::is_bucketed<Values>::value;
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
   static constexpr std::uint64_t params_bytes = 8 + Values::param_bytes + Indices::param_bytes;
-  static constexpr std::uint32_t section_count = has_indices ? 3 : 2;
+  static constexpr std::uint32_t section_count = 2 + (has_indices ? 1 : 0) + (bucketed ? 1 : 0);
 
   constexpr codec() = default;
   explicit constexpr codec(Structure s, Values v = {}, Indices i = {})
@@ -145,7 +185,12 @@ class codec {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
     if constexpr (has_indices) l.add(wire::tag::indices, Indices::section_bytes(k, n));
-    l.add(wire::tag::values, k * Values::value_size(type));
+    if constexpr (bucketed) {
+      l.add(wire::tag::scales, Values::scales_bytes(k));
+      l.add(wire::tag::values, Values::codes_bytes(k));
+    } else {
+      l.add(wire::tag::values, k * Values::value_size(type));
+    }
     return l;
   }
 
@@ -159,17 +204,24 @@ class codec {
   /// make the first call allocation-free as well.
   template <class T, class Exec>
   std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
-    return detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
+    const std::size_t structure = detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
+    if constexpr (has_indices && bucketed) {
+      return value_scratch_offset(structure) + structure_.selected_count(n) * sizeof(float);
+    } else {
+      return structure;
+    }
   }
 
   /**
    * Compresses `input` into `out` and returns the payload's size in bytes. `out` must hold
    * max_compressed_bytes<T>(input.size()) bytes and, for the CUDA executor, be 16-byte aligned
    * device memory. Asynchronous on a CUDA stream; allocates nothing once the executor's scratch
-   * has grown to workspace_bytes.
+   * has grown to workspace_bytes. `ctx` (training step, tensor id) keys stochastic stages'
+   * randomness, with the values stage's seed.
    */
   template <class Exec, class T>
-  std::size_t compress(Exec& exec, span<const T> input, span<std::byte> out) const {
+  std::size_t compress(Exec& exec, span<const T> input, span<std::byte> out,
+                       quantize::compress_context ctx = {}) const {
     static_assert(is_element_v<T>, "codec::compress: input must be float, double, __half or "
                                    "__nv_bfloat16");
     const std::uint64_t n = input.size();
@@ -179,16 +231,33 @@ class codec {
                     " bytes, the payload needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k);
-    const detail::payload_sink<T, Values, Indices> sink{
-        has_indices ? base + l.at(1).offset : nullptr, has_indices ? index_width(n) : 0,
-        base + l.at(section_count - 1).offset};
-    detail::structure_backend<Exec, Structure>::select(exec, structure_, input, k, sink);
+    std::uint8_t* indices = has_indices ? base + l.at(1).offset : nullptr;
+    std::uint8_t* values = base + l.at(section_count - 1).offset;
+    using structure_run = detail::structure_backend<Exec, Structure>;
+    if constexpr (!bucketed) {
+      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
+      structure_run::select(exec, structure_, input, k, sink);
+    } else if constexpr (!has_indices) {  // dense: buckets straight from the input
+      detail::values_backend<Exec>::encode_buckets(exec, values_, input.data(), k,
+                                                   base + l.at(1).offset, values,
+                                                   detail::identity_index{}, ctx);
+    } else {  // indices into the payload, values into scratch, then buckets over the k values
+      const std::size_t structure_bytes = structure_run::template workspace_bytes<T>(exec, n);
+      const std::size_t offset = value_scratch_offset(structure_bytes);
+      auto* kept = reinterpret_cast<float*>(exec.scratch(offset + k * sizeof(float)) + offset);
+      structure_run::select(exec, structure_, input, k,
+                            detail::split_sink<T, Indices>{indices, index_width(n), kept});
+      detail::values_backend<Exec>::encode_buckets(
+          exec, values_, static_cast<const float*>(kept), k, base + l.at(2).offset, values,
+          detail::stored_index<Indices>{indices, index_width(n)}, ctx);
+    }
     return l.total_bytes();
   }
 
   template <class Exec, class T>
-  std::size_t compress(Exec& exec, span<T> input, span<std::byte> out) const {
-    return compress(exec, span<const T>(input), out);
+  std::size_t compress(Exec& exec, span<T> input, span<std::byte> out,
+                       quantize::compress_context ctx = {}) const {
+    return compress(exec, span<const T>(input), out, ctx);
   }
 
   /**
@@ -241,8 +310,11 @@ class codec {
     if (h.codec.packed() != expected_id) {
       return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), expected_id);
     }
-    const wire::tag tags[3] = {wire::tag::params, has_indices ? wire::tag::indices : wire::tag::values,
-                               wire::tag::values};
+    wire::tag tags[4] = {wire::tag::params};
+    std::uint32_t listed = 1;
+    if (has_indices) tags[listed++] = wire::tag::indices;
+    if (bucketed) tags[listed++] = wire::tag::scales;
+    tags[listed] = wire::tag::values;
     s = wire::expect_sections(h, tags, section_count);
     if (!s.ok()) return s;
     if (h.sections[0].size != params_bytes) {
@@ -265,8 +337,16 @@ class codec {
     v.index_width = index_width(h.element_count);
     std::uint64_t index_bytes = 0, value_bytes = 0;
     if (!wire::detail::checked_mul(v.count, static_cast<std::uint64_t>(v.index_width), index_bytes) ||
-        !wire::detail::checked_mul(v.count, Values::value_size(h.type), value_bytes)) {
+        !value_section_bytes(v.count, h.type, value_bytes)) {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
+    }
+    if constexpr (bucketed) {  // count <= n < 2^64 / 8 after the checks above: no overflow here
+      const std::uint32_t scales_at = section_count - 2;
+      if (h.sections[scales_at].size != Values::scales_bytes(v.count)) {
+        return wire::fail(wire::format_errc::bad_section_size, scales_at, h.sections[scales_at].size,
+                          Values::scales_bytes(v.count));
+      }
+      v.scales = bytes + h.sections[scales_at].offset;
     }
     const std::uint32_t values_at = section_count - 1;
     if (has_indices && h.sections[1].size != index_bytes) {
@@ -279,6 +359,17 @@ class codec {
     v.indices = has_indices ? bytes + h.sections[1].offset : nullptr;
     v.values = bytes + h.sections[values_at].offset;
     return {};
+  }
+
+  /// Value j of a parsed payload, widened to double.
+  GRADZIP_HOST_DEVICE static double value_at(const detail::explicit_view& v, element_type type,
+                                             std::uint64_t j) {
+    if constexpr (bucketed) {
+      return Values::decode(quantize::unpack_code(v.values, Values::bits, j),
+                            Values::load_record(v.scales, j / Values::bucket));
+    } else {
+      return Values::load(v.values, type, j);
+    }
   }
 
   /// The tensor index of payload element j (its own position for a dense structure).
@@ -306,12 +397,69 @@ class codec {
   }
 
  private:
+  /// Bytes of the values section for `count` values, false on overflow.
+  GRADZIP_HOST_DEVICE static bool value_section_bytes(std::uint64_t count, element_type type,
+                                                      std::uint64_t& out) {
+    if constexpr (bucketed) {
+      if (count > (~std::uint64_t{0} >> 4)) return false;
+      out = Values::codes_bytes(count);
+      return true;
+    } else {
+      return wire::detail::checked_mul(count, Values::value_size(type), out);
+    }
+  }
+
+  /// Where the kept values start in scratch, after the structure stage's own scratch.
+  static std::size_t value_scratch_offset(std::size_t structure_bytes) {
+    return (structure_bytes + 255) / 256 * 256;
+  }
+
   Structure structure_{};
   Values values_{};
   Indices indices_{};
 };
 
 namespace detail {
+
+template <>
+struct values_backend<host> {
+  /// Encodes x[0 .. count) bucket by bucket: scale records, then bit-packed codes.
+  template <class Values, class T, class IndexOf>
+  static void encode_buckets(host& exec, const Values& values, const T* x, std::uint64_t count,
+                             std::uint8_t* scales, std::uint8_t* codes, IndexOf index_of,
+                             quantize::compress_context ctx) {
+    const std::uint64_t buckets = Values::bucket_count(count);
+    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, count));
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range mine = chunk_of(buckets, chunks, c);
+      for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
+        const std::uint64_t begin = b * Values::bucket;
+        const std::uint64_t end = std::min<std::uint64_t>(count, begin + Values::bucket);
+        float lo = INFINITY, hi = -INFINITY;
+        bool finite = true;
+        for (std::uint64_t j = begin; j < end; ++j) {
+          const float v = static_cast<float>(to_float(x[j]));
+          finite = finite && std::isfinite(v);
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+        const auto record = Values::make_record(lo, hi, finite);
+        Values::store_record(scales, b, record);
+        for (std::uint64_t g = begin; g < end; g += 32) {
+          std::uint8_t group[32] = {};
+          const int n = static_cast<int>(std::min<std::uint64_t>(32, end - g));
+          for (int l = 0; l < n; ++l) {
+            group[l] = static_cast<std::uint8_t>(
+                values.encode(static_cast<float>(to_float(x[g + l])), record, index_of(g + l), ctx));
+          }
+          std::uint32_t words[8];
+          quantize::pack_group(group, n, Values::bits, words);
+          std::memcpy(codes + (g / 32) * Values::bits * 4, words, Values::bits * 4);
+        }
+      }
+    });
+  }
+};
 
 template <>
 struct payload_backend<host> {
@@ -347,12 +495,11 @@ struct payload_backend<host> {
       for (std::size_t c = 0; c < chunks; ++c) wire::throw_if_failed(found[c], "decompress");
     }
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
-    using values_t = typename Codec::values_type;
     with_element_type(v.header.type, [&](auto type) {
       for_each_chunk(exec, chunks, [&](std::size_t c) {  // indices are increasing: chunks never overlap
         const index_range r = chunk_of(v.count, chunks, c);
         for (std::uint64_t j = r.begin; j < r.end; ++j) {
-          accumulate(out[Codec::index_at(v, j)], values_t::load(v.values, decltype(type)::value, j), alpha);
+          accumulate(out[Codec::index_at(v, j)], Codec::value_at(v, decltype(type)::value, j), alpha);
         }
       });
     });

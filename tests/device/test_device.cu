@@ -257,3 +257,39 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("cuda uniform quantization equals the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using q4 = gz::quantize::uniform<4>;
+  using s2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
+  using q8 = gz::quantize::uniform<8, gz::quantize::rounding::nearest, 128>;
+  const gz::codec<gz::sparsify::none, s2, gz::encode::none> stochastic{{}, s2{31}};
+  for (std::size_t n : {std::size_t{1}, std::size_t{513}, std::size_t{100003}, std::size_t{1} << 21}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 33);
+    if (n > 600) g[600] = std::numeric_limits<float>::quiet_NaN();  // a poisoned bucket
+    check_parity(g, gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, q8, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::topk, q4, gz::encode::coo>{gz::sparsify::topk::ratio(0.01)}, dev);
+    check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, dev);
+    // Stochastic rounding keyed by (seed, step, tensor, index): same bytes on both executors.
+    std::vector<std::byte> expected(stochastic.max_compressed_bytes<float>(n));
+    expected.resize(stochastic.compress(host, gz::span<const float>(g), gz::span<std::byte>(expected), {5, 2}));
+    device_vector<float> dx(g);
+    device_vector<std::byte> out(expected.size());
+    stochastic.compress(dev, gz::span<const float>(dx.data, n), out.view(), {5, 2});
+    dev.synchronize();
+    const auto got = out.download();
+    CHECK(std::memcmp(got.data(), expected.data(), expected.size()) == 0);
+    // And the device decodes what the host encoded, to the same floats.
+    device_vector<std::byte> dp(expected);
+    device_vector<float> dout(n);
+    stochastic.decompress(dev, gz::span<const std::byte>(dp.data, expected.size()), dout.view());
+    dev.check();
+    std::vector<float> host_out(n);
+    stochastic.decompress(host, gz::span<const std::byte>(expected), gz::span<float>(host_out));
+    const auto device_out = dout.download();
+    CHECK(std::memcmp(device_out.data(), host_out.data(), n * sizeof(float)) == 0);
+  }
+}

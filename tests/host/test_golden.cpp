@@ -63,6 +63,18 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                test::compress(codec<sparsify::topk, quantize::cast_fp16>{sparsify::topk::count(7)},
                               exec, golden_input<float>(200, 7)));
 
+  {
+    using q2 = quantize::uniform<2, quantize::rounding::stochastic, 64>;
+    const codec<sparsify::none, q2, encode::none> c{{}, q2{99}};
+    const auto x = golden_input<float>(150, 8);
+    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {3, 4}));
+    check_golden("dense_uniform2_stochastic_f32_n150.grdz", out);
+  }
+  check_golden("dense_uniform4_f32_n1000.grdz",
+               test::compress(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec,
+                              golden_input<float>(1000, 9)));
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

@@ -42,7 +42,7 @@ inline constexpr std::uint32_t known_flags = flag_checksum;
 inline constexpr std::size_t checksum_offset = 32;
 
 /// Section tags.
-enum class tag : std::uint32_t { params = 1, indices = 2, values = 3 };
+enum class tag : std::uint32_t { params = 1, indices = 2, values = 3, scales = 4 };
 
 /// Stage ids that make up a codec id; each policy names its own.
 struct codec_id {

@@ -81,7 +81,7 @@ __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* o
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
     // Indices are strictly increasing (validated), so no two threads touch one element.
-    accumulate(out[Codec::index_at(v, j)], Codec::values_type::load(v.values, v.header.type, j), alpha);
+    accumulate(out[Codec::index_at(v, j)], Codec::value_at(v, v.header.type, j), alpha);
   }
 }
 

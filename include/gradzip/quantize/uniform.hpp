@@ -1,0 +1,141 @@
+/**
+ * @file uniform.hpp
+ * @brief `quantize::uniform<Bits, Rounding, Bucket>`: max-min uniform quantization per bucket.
+ *
+ * The values are cut into buckets of `Bucket` consecutive values (default 512, as CGX). For a
+ * bucket with minimum lo and maximum hi, and L = 2^Bits − 1 levels:
+ *
+ *     step = (hi − lo) / L,    t = (v − lo) / step  in [0, L]
+ *     nearest:     code = min(L, floor(t + 1/2))
+ *     stochastic:  code = min(L, floor(t + u)),  u ~ U[0, 1) from Philox(seed, step, tensor, index)
+ *     decode:      v' = fma(code, step, lo)
+ *
+ * Nearest rounding has |v' − v| <= step / 2. Stochastic rounding is unbiased, E[v'] = v up to
+ * float rounding, with variance (t − floor t)(1 − (t − floor t)) step² <= step² / 4 per value
+ * (Alistarh et al. 2017; CGX, Markov et al. 2023, use max-min buckets). A constant bucket
+ * (hi = lo) has step 0: every value decodes to lo exactly, no division by zero. A bucket holding
+ * NaN or ±inf stores a NaN step and decodes to NaN throughout, so divergence stays visible.
+ *
+ * Wire: a scales section with (lo, step) as two fp32 per bucket, and a values section with the
+ * codes bit-plane packed (`bit_packing.hpp`). Bytes per value: Bits/8 + 8/Bucket.
+ * Min and max are exact in any order, so host and device agree bit for bit with no reduction
+ * order to fix.
+ *
+ * @code
+ * gradzip::codec<gradzip::sparsify::none, gradzip::quantize::uniform<4>, gradzip::encode::none> c;
+ * using stochastic4 = gradzip::quantize::uniform<4, gradzip::quantize::rounding::stochastic>;
+ * gradzip::codec<gradzip::sparsify::none, stochastic4, gradzip::encode::none> s{{}, stochastic4{seed}};
+ * @endcode
+ */
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/quantize/bit_packing.hpp"
+#include "gradzip/random/philox.hpp"
+#include "gradzip/wire/format.hpp"
+
+namespace gradzip::quantize {
+
+enum class rounding : std::uint8_t { nearest = 0, stochastic = 1 };
+
+/// Where in a run a compression happens: stochastic stages key their randomness by it.
+struct compress_context {
+  std::uint32_t step = 0;
+  std::uint32_t tensor_id = 0;
+};
+
+template <int Bits, rounding Rounding = rounding::nearest, std::uint32_t Bucket = 512>
+struct uniform {
+  static_assert(Bits >= 1 && Bits <= 8, "quantize::uniform: Bits must be in 1..8");
+  static_assert(Bucket >= 32 && Bucket % 32 == 0 && Bucket <= (1u << 20),
+                "quantize::uniform: Bucket must be a multiple of 32 in [32, 2^20]");
+  static constexpr std::uint8_t id = 2;
+  static constexpr bool summable = false;  // each worker has its own scales
+  static constexpr bool bucketed = true;
+  static constexpr int bits = Bits;
+  static constexpr std::uint32_t bucket = Bucket;
+  static constexpr unsigned levels = (1u << Bits) - 1;
+  /// Params: bits u8, rounding u8, 2 zero bytes, bucket u32.
+  static constexpr std::uint64_t param_bytes = 8;
+
+  std::uint64_t seed = 0;  ///< stochastic rounding's key (ignored by nearest rounding)
+
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) {
+    p[0] = static_cast<std::uint8_t>(Bits);
+    p[1] = static_cast<std::uint8_t>(Rounding);
+    wire::detail::store_le(p + 4, Bucket, 4);
+  }
+
+  GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
+    if (p[0] != Bits) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+    if (p[1] != static_cast<std::uint8_t>(Rounding)) return wire::fail(wire::format_errc::bad_params, at + 1, p[1]);
+    if (p[2] != 0 || p[3] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + (p[2] != 0 ? 2 : 3));
+    const auto b = wire::detail::load_le(p + 4, 4);
+    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+    return {};
+  }
+
+  GRADZIP_HOST_DEVICE static std::uint64_t bucket_count(std::uint64_t count) {
+    return (count + Bucket - 1) / Bucket;
+  }
+  GRADZIP_HOST_DEVICE static std::uint64_t scales_bytes(std::uint64_t count) {
+    return bucket_count(count) * 8;
+  }
+  GRADZIP_HOST_DEVICE static std::uint64_t codes_bytes(std::uint64_t count) {
+    return packed_bytes(count, Bits);
+  }
+
+  /// A bucket's scale record.
+  struct record {
+    float lo;
+    float step;
+  };
+
+  /// The record of a bucket with minimum lo, maximum hi, and whether all values were finite.
+  GRADZIP_HOST_DEVICE static record make_record(float lo, float hi, bool finite) {
+    if (!finite) return {NAN, NAN};
+    lo = lo + 0.0f;  // -0 -> +0: min/max may return either zero, the record must not differ
+    hi = hi + 0.0f;
+    return {lo, (hi - lo) / static_cast<float>(levels)};
+  }
+
+  /// The code of value v (element `index` of the tensor) in a bucket with record r.
+  GRADZIP_HOST_DEVICE unsigned encode(float v, record r, std::uint64_t index, compress_context ctx) const {
+    if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
+    const float t = (v - r.lo) / r.step;
+    float offset = 0.5f;
+    if constexpr (Rounding == rounding::stochastic) {
+      offset = uniform_float(philox_for(seed, ctx.step, ctx.tensor_id, index)[0]);
+    }
+    const float rounded = floorf(t + offset);
+    return rounded >= static_cast<float>(levels) ? levels : static_cast<unsigned>(rounded);
+  }
+
+  GRADZIP_HOST_DEVICE static float decode(unsigned code, record r) {
+    return fmaf(static_cast<float>(code), r.step, r.lo);
+  }
+
+  GRADZIP_HOST_DEVICE static void store_record(std::uint8_t* scales, std::uint64_t bucket_index, record r) {
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<record*>(scales)[bucket_index] = r;
+#else
+    std::memcpy(scales + bucket_index * 8, &r, 8);
+#endif
+  }
+
+  GRADZIP_HOST_DEVICE static record load_record(const std::uint8_t* scales, std::uint64_t bucket_index) {
+    record r;
+#if defined(__CUDA_ARCH__)
+    r = reinterpret_cast<const record*>(scales)[bucket_index];
+#else
+    std::memcpy(&r, scales + bucket_index * 8, 8);
+#endif
+    return r;
+  }
+};
+
+}  // namespace gradzip::quantize

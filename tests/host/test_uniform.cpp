@@ -1,0 +1,212 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+
+using namespace gradzip;
+using quantize::rounding;
+
+namespace {
+template <int Bits, rounding R = rounding::nearest, std::uint32_t B = 512>
+using dense_uniform = codec<sparsify::none, quantize::uniform<Bits, R, B>, encode::none>;
+
+template <class Codec, class T>
+std::vector<float> round_trip(const Codec& c, const std::vector<T>& x, quantize::compress_context ctx = {},
+                              int threads = 0) {
+  host exec(threads);
+  std::vector<std::byte> p(c.template max_compressed_bytes<T>(x.size()));
+  const auto bytes = c.compress(exec, span<const T>(x.data(), x.size()), span<std::byte>(p), ctx);
+  std::vector<float> out(x.size());
+  c.decompress(exec, span<const std::byte>(p.data(), bytes), span<float>(out));
+  return out;
+}
+
+/// Per-bucket step of max-min quantization with L levels.
+std::vector<float> bucket_steps(const std::vector<float>& x, std::size_t bucket, unsigned levels) {
+  std::vector<float> steps;
+  for (std::size_t b = 0; b < x.size(); b += bucket) {
+    const auto e = x.begin() + std::min(x.size(), b + bucket);
+    const float lo = *std::min_element(x.begin() + b, e), hi = *std::max_element(x.begin() + b, e);
+    steps.push_back((hi - lo) / levels);
+  }
+  return steps;
+}
+}  // namespace
+
+TEST_CASE("bit packing round trips every width and count", "[uniform]") {
+  std::mt19937 rng(1);
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (int n : {1, 7, 31, 32}) {
+      std::uint8_t codes[32] = {};
+      for (int l = 0; l < n; ++l) codes[l] = static_cast<std::uint8_t>(rng() & ((1u << bits) - 1));
+      std::uint32_t words[8];
+      quantize::pack_group(codes, n, bits, words);
+      for (int l = 0; l < 32; ++l) {
+        REQUIRE(quantize::unpack_code(reinterpret_cast<const std::uint8_t*>(words), bits, l) ==
+                (l < n ? codes[l] : 0u));
+      }
+    }
+  }
+  CHECK(quantize::packed_bytes(0, 3) == 0);
+  CHECK(quantize::packed_bytes(33, 3) == 24);
+}
+
+TEST_CASE("bit packing uses bit planes of 32 codes", "[uniform]") {
+  std::uint8_t codes[32];
+  for (int l = 0; l < 32; ++l) codes[l] = static_cast<std::uint8_t>(l % 4);
+  std::uint32_t words[2];
+  quantize::pack_group(codes, 32, 2, words);
+  CHECK(words[0] == 0xAAAAAAAAu);  // bit 0 of l % 4: set for odd l
+  CHECK(words[1] == 0xCCCCCCCCu);  // bit 1: set for l % 4 in {2, 3}
+}
+
+TEST_CASE("uniform nearest stays within half a step of every value", "[uniform]") {
+  for (std::size_t n : {std::size_t{1}, std::size_t{511}, std::size_t{512}, std::size_t{513}, std::size_t{100003}}) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, n);
+    const auto check = [&](const std::vector<float>& out, unsigned levels) {
+      const auto steps = bucket_steps(g, 512, levels);
+      for (std::size_t i = 0; i < n; ++i) {
+        REQUIRE(std::abs(out[i] - g[i]) <= 0.5f * steps[i / 512] * (1 + 1e-5f) + 1e-12f);
+      }
+    };
+    check(round_trip(dense_uniform<2>{}, g), 3);
+    check(round_trip(dense_uniform<4>{}, g), 15);
+    check(round_trip(dense_uniform<8>{}, g), 255);
+  }
+}
+
+TEST_CASE("uniform sizes follow bits and bucket", "[uniform]") {
+  CHECK(dense_uniform<4>::layout(element_type::f32, 1000, 1000).at(1).size == 2 * 8);     // 2 buckets
+  CHECK(dense_uniform<4>::layout(element_type::f32, 1000, 1000).at(2).size == 32 * 4 * 4); // 32 groups
+  CHECK(dense_uniform<1, rounding::nearest, 32>::layout(element_type::f64, 64, 64).at(2).size == 8);
+}
+
+TEST_CASE("uniform on constant and zero buckets decodes exactly", "[uniform]") {
+  std::vector<float> x(1500, 3.25f);
+  std::fill(x.begin() + 512, x.begin() + 1024, 0.0f);
+  CHECK(round_trip(dense_uniform<3>{}, x) == x);
+  CHECK(round_trip(dense_uniform<3, rounding::stochastic>{}, x, {5, 0}) == x);
+}
+
+TEST_CASE("uniform marks a bucket with NaN or infinity as NaN and keeps the others", "[uniform]") {
+  auto x = gradzip_tools::synthetic_gradient<float>(1536, 2);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[600] = std::numeric_limits<float>::infinity();
+  const auto out = round_trip(dense_uniform<4>{}, x);
+  for (std::size_t i = 0; i < 1024; ++i) REQUIRE(std::isnan(out[i]));
+  for (std::size_t i = 1024; i < 1536; ++i) REQUIRE(std::isfinite(out[i]));
+}
+
+TEST_CASE("uniform works on double half and bfloat16 tensors", "[uniform]") {
+  const auto g = gradzip_tools::synthetic_gradient<double>(2000, 3);
+  const auto out = round_trip(dense_uniform<8>{}, g);
+  std::vector<float> gf(g.begin(), g.end());
+  const auto steps = bucket_steps(gf, 512, 255);
+  for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(std::abs(out[i] - gf[i]) <= 0.5f * steps[i / 512] * 1.0001f + 1e-12f);
+#if GRADZIP_HAS_HALF
+  std::vector<__nv_bfloat16> b(gf.size());
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = __float2bfloat16_rn(gf[i]);
+  CHECK(round_trip(dense_uniform<8>{}, b).size() == b.size());
+#endif
+}
+
+TEST_CASE("uniform stochastic rounding is unbiased within its variance bound", "[uniform]") {
+  // 2,000 round trips with distinct steps. Each decoded value has variance
+  // p (1 - p) step^2 <= step^2 / 4 (p = fractional part of t), so the mean of 2,000 has standard
+  // deviation <= step / (2 sqrt(2000)). We require every element within 5 of those standard
+  // deviations (plus float rounding), and the measured variance within 10 % of the theoretical.
+  const std::size_t n = 1024, trials = 2000;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 77);
+  using q = quantize::uniform<2, rounding::stochastic>;
+  const codec<sparsify::none, q, encode::none> c{{}, q{1234}};
+  std::vector<double> sum(n, 0.0), sum_sq(n, 0.0);
+  for (std::uint32_t s = 0; s < trials; ++s) {
+    const auto out = round_trip(c, x, {s, 9});
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += out[i];
+      sum_sq[i] += static_cast<double>(out[i]) * out[i];
+    }
+  }
+  const auto steps = bucket_steps(x, 512, 3);
+  double measured_var = 0.0, theory_var = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double step = steps[i / 512];
+    const double mean = sum[i] / trials;
+    const double bound = 5.0 * step / (2.0 * std::sqrt(double(trials))) + 1e-6 * step;
+    INFO("element " << i << ": x = " << x[i] << ", mean = " << mean << ", step = " << step);
+    REQUIRE(std::abs(mean - x[i]) <= bound);
+    const double lo = *std::min_element(x.begin() + (i / 512) * 512, x.begin() + (i / 512) * 512 + 512);
+    const double t = (x[i] - lo) / step;
+    const double p = t - std::floor(t);
+    theory_var += p * (1 - p) * step * step;
+    measured_var += sum_sq[i] / trials - mean * mean;
+  }
+  CHECK(measured_var <= 1.1 * theory_var + 1e-12);
+  CHECK(measured_var >= 0.9 * theory_var);
+}
+
+TEST_CASE("uniform payloads are deterministic across thread counts and keyed by step", "[uniform]") {
+  const auto g = gradzip_tools::synthetic_gradient<float>(300000, 5);
+  using q = quantize::uniform<4, rounding::stochastic>;
+  const codec<sparsify::none, q, encode::none> c{{}, q{42}};
+  host one(1), two(2);
+  std::vector<std::byte> a(c.max_compressed_bytes<float>(g.size())), b(a.size()), d(a.size());
+  c.compress(one, span<const float>(g), span<std::byte>(a), {7, 3});
+  c.compress(two, span<const float>(g), span<std::byte>(b), {7, 3});
+  c.compress(two, span<const float>(g), span<std::byte>(d), {8, 3});
+  CHECK(a == b);
+  CHECK(a != d);
+}
+
+TEST_CASE("top-k values quantized to 4 bits", "[uniform]") {
+  const auto g = gradzip_tools::synthetic_gradient<float>(200000, 6);
+  host exec;
+  const codec<sparsify::topk, quantize::uniform<4>, encode::coo> c{sparsify::topk::ratio(0.01)};
+  std::vector<std::byte> p(c.max_compressed_bytes<float>(g.size()));
+  const auto bytes = c.compress(exec, span<const float>(g), span<std::byte>(p));
+  p.resize(bytes);
+  const auto idx = test::payload_indices(p);
+  REQUIRE(idx == test::reference_topk(g, 2000));
+  std::vector<float> kept(idx.size());
+  for (std::size_t j = 0; j < idx.size(); ++j) kept[j] = g[idx[j]];
+  const auto steps = bucket_steps(kept, 512, 15);
+  std::vector<float> out(g.size());
+  c.decompress(exec, span<const std::byte>(p), span<float>(out));
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    REQUIRE(std::abs(out[idx[j]] - kept[j]) <= 0.5f * steps[j / 512] * 1.0001f);
+  }
+  CHECK(bytes < 2000 * 5 + 400);  // 4 index bytes + half a byte per value + scales + header
+}
+
+TEST_CASE("malformed uniform payloads are rejected", "[uniform]") {
+  host exec;
+  const std::vector<float> x(100, 1.0f);
+  std::vector<float> out(100);
+  std::vector<std::byte> p(dense_uniform<4>{}.max_compressed_bytes<float>(100));
+  dense_uniform<4>{}.compress(exec, span<const float>(x), span<std::byte>(p));
+  // Header 128 (3 sections: params at 128, scales, values); params: count u64, bits, rounding,
+  // 2 zero bytes, bucket u32.
+  auto expect = [&](auto decoder, std::vector<std::byte> q, wire::format_errc code) {
+    try {
+      decoder.decompress(exec, span<const std::byte>(q), span<float>(out));
+      FAIL("accepted");
+    } catch (const format_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == code);
+    }
+  };
+  expect(dense_uniform<3>{}, p, wire::format_errc::bad_params);                      // bits
+  expect(dense_uniform<4, rounding::stochastic>{}, p, wire::format_errc::bad_params);  // rounding
+  expect(dense_uniform<4, rounding::nearest, 256>{}, p, wire::format_errc::bad_params);  // bucket
+  expect(codec<sparsify::none, quantize::cast_fp16, encode::none>{}, p, wire::format_errc::codec_mismatch);
+  auto q = p;
+  q[138] = std::byte{1};  // reserved
+  expect(dense_uniform<4>{}, q, wire::format_errc::nonzero_reserved);
+  q = p;
+  wire::detail::store_le(reinterpret_cast<std::uint8_t*>(q.data()) + 72 + 16, 16, 8);  // scales 8 -> 16
+  expect(dense_uniform<4>{}, q, wire::format_errc::bad_section_size);
+}

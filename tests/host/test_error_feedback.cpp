@@ -82,3 +82,21 @@ TEST_CASE("error feedback restore rejects foreign state", "[feedback]") {
   CHECK_THROWS_WITH(a.compress(exec, span<const float>(g.data(), 50), span<std::byte>()),
                     "error_feedback: gradient has 50 elements, the residual 100");
 }
+
+TEST_CASE("error feedback passes the step to a stochastic values stage", "[feedback]") {
+  using q = quantize::uniform<2, quantize::rounding::stochastic>;
+  using codec_t = codec<sparsify::none, q, encode::none>;
+  host exec;
+  const auto g = gradzip_tools::synthetic_gradient<float>(4096, 12);
+  feedback::error_feedback<codec_t, float, host> a(exec, codec_t{{}, q{5}}, g.size());
+  feedback::error_feedback<codec_t, float, host> b(exec, codec_t{{}, q{5}}, g.size());
+  std::vector<std::byte> pa(a.max_compressed_bytes<float>()), pb(pa.size());
+  a.compress(exec, span<const float>(g), span<std::byte>(pa), {1, 0});
+  b.compress(exec, span<const float>(g), span<std::byte>(pb), {2, 0});
+  CHECK(pa != pb);  // different steps draw different roundings
+  // Error feedback keeps sent + residual equal to the gradient for a quantizer too.
+  std::vector<float> sent(g.size());
+  codec_t{{}, q{5}}.decompress(exec, span<const std::byte>(pa), span<float>(sent));
+  const auto e = a.residual();
+  for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(std::abs(sent[i] + e[i] - g[i]) <= 1e-6f * (1 + std::abs(g[i])));
+}

@@ -45,13 +45,16 @@ class error_feedback {
     return codec_.template max_compressed_bytes<U>(size_);
   }
 
-  /// Compresses grad + e into `out`, updates e, and returns the payload's size in bytes.
-  std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out) {
+  /// Compresses grad + e into `out`, updates e, and returns the payload's size in bytes. `ctx`
+  /// (training step, tensor id) keys a stochastic values stage: pass the real step, so each
+  /// step draws fresh randomness.
+  std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out,
+                       quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == size_, "error_feedback: gradient has ", grad.size(),
                     " elements, the residual ", size_);
     span<T> e = ops::view(residual_);
     ops::add(exec, e, grad);  // e now holds p = g + e
-    const std::size_t bytes = codec_.compress(exec, span<const T>(e), out);
+    const std::size_t bytes = codec_.compress(exec, span<const T>(e), out, ctx);
     codec_.decompress_add(exec, span<const std::byte>(out.data(), bytes), e, -1.0f);
     return bytes;
   }

@@ -435,15 +435,8 @@ struct values_backend<host> {
       for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
         const std::uint64_t begin = b * Values::bucket;
         const std::uint64_t end = std::min<std::uint64_t>(count, begin + Values::bucket);
-        float lo = INFINITY, hi = -INFINITY;
-        bool finite = true;
-        for (std::uint64_t j = begin; j < end; ++j) {
-          const float v = static_cast<float>(to_float(x[j]));
-          finite = finite && std::isfinite(v);
-          lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        }
-        const auto record = Values::make_record(lo, hi, finite);
+        const auto record = Values::make_record(
+            quantize::canonical_bucket_stats<Values>(x, begin, end), end - begin);
         Values::store_record(scales, b, record);
         for (std::uint64_t g = begin; g < end; g += 32) {
           std::uint8_t group[32] = {};

@@ -116,6 +116,11 @@ GRADZIP_HOST_DEVICE inline To bit_cast(const From& from) noexcept {
 
 }  // namespace detail
 
+/// Whether a float is finite (neither inf nor NaN), by its bits: the same test on every executor.
+GRADZIP_HOST_DEVICE inline bool is_finite(float x) noexcept {
+  return (detail::bit_cast<std::uint32_t>(x) & 0x7F800000u) != 0x7F800000u;
+}
+
 /// The value of x widened to float (double stays double).
 GRADZIP_HOST_DEVICE inline float to_float(float x) noexcept { return x; }
 GRADZIP_HOST_DEVICE inline double to_float(double x) noexcept { return x; }

@@ -35,6 +35,7 @@
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
+#include "gradzip/quantize/bucket_stats.hpp"
 #include "gradzip/random/philox.hpp"
 #include "gradzip/wire/format.hpp"
 
@@ -48,21 +49,26 @@ struct compress_context {
   std::uint32_t tensor_id = 0;
 };
 
+/// A uniform bucket's scale record: its minimum and its step.
+struct uniform_record {
+  float lo;
+  float step;
+};
+
 template <int Bits, rounding Rounding = rounding::nearest, std::uint32_t Bucket = 512>
-struct uniform {
-  static_assert(Bits >= 1 && Bits <= 8, "quantize::uniform: Bits must be in 1..8");
-  static_assert(Bucket >= 32 && Bucket % 32 == 0 && Bucket <= (1u << 20),
-                "quantize::uniform: Bucket must be a multiple of 32 in [32, 2^20]");
+struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
+  using record = uniform_record;
   static constexpr std::uint8_t id = 2;
   static constexpr bool summable = false;  // each worker has its own scales
-  static constexpr bool bucketed = true;
-  static constexpr int bits = Bits;
-  static constexpr std::uint32_t bucket = Bucket;
   static constexpr unsigned levels = (1u << Bits) - 1;
   /// Params: bits u8, rounding u8, 2 zero bytes, bucket u32.
   static constexpr std::uint64_t param_bytes = 8;
 
   std::uint64_t seed = 0;  ///< stochastic rounding's key (ignored by nearest rounding)
+
+  constexpr uniform() = default;
+  /// seed: the key of stochastic rounding's random numbers.
+  explicit constexpr uniform(std::uint64_t seed_value) : seed(seed_value) {}
 
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) {
     p[0] = static_cast<std::uint8_t>(Bits);
@@ -79,21 +85,20 @@ struct uniform {
     return {};
   }
 
-  GRADZIP_HOST_DEVICE static std::uint64_t bucket_count(std::uint64_t count) {
-    return (count + Bucket - 1) / Bucket;
-  }
-  GRADZIP_HOST_DEVICE static std::uint64_t scales_bytes(std::uint64_t count) {
-    return bucket_count(count) * 8;
-  }
-  GRADZIP_HOST_DEVICE static std::uint64_t codes_bytes(std::uint64_t count) {
-    return packed_bytes(count, Bits);
-  }
 
-  /// A bucket's scale record.
-  struct record {
-    float lo;
-    float step;
-  };
+  /// Statistics: minimum, maximum, and 1 if any value was not finite.
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{INFINITY, -INFINITY, 0.0f, 0.0f}}; }
+  GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
+    s.v[0] = fminf(s.v[0], v);
+    s.v[1] = fmaxf(s.v[1], v);
+    if (!is_finite(v)) s.v[2] = 1.0f;
+  }
+  GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
+    return {{fminf(a.v[0], b.v[0]), fmaxf(a.v[1], b.v[1]), fmaxf(a.v[2], b.v[2]), 0.0f}};
+  }
+  GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
+    return make_record(s.v[0], s.v[1], s.v[2] == 0.0f);
+  }
 
   /// The record of a bucket with minimum lo, maximum hi, and whether all values were finite.
   GRADZIP_HOST_DEVICE static record make_record(float lo, float hi, bool finite) {
@@ -104,7 +109,8 @@ struct uniform {
   }
 
   /// The code of value v (element `index` of the tensor) in a bucket with record r.
-  GRADZIP_HOST_DEVICE unsigned encode(float v, record r, std::uint64_t index, compress_context ctx) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
+                                      compress_context ctx) const {
     if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
     const float t = (v - r.lo) / r.step;
     float offset = 0.5f;
@@ -115,27 +121,10 @@ struct uniform {
     return rounded >= static_cast<float>(levels) ? levels : static_cast<unsigned>(rounded);
   }
 
-  GRADZIP_HOST_DEVICE static float decode(unsigned code, record r) {
+  GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
     return fmaf(static_cast<float>(code), r.step, r.lo);
   }
 
-  GRADZIP_HOST_DEVICE static void store_record(std::uint8_t* scales, std::uint64_t bucket_index, record r) {
-#if defined(__CUDA_ARCH__)
-    reinterpret_cast<record*>(scales)[bucket_index] = r;
-#else
-    std::memcpy(scales + bucket_index * 8, &r, 8);
-#endif
-  }
-
-  GRADZIP_HOST_DEVICE static record load_record(const std::uint8_t* scales, std::uint64_t bucket_index) {
-    record r;
-#if defined(__CUDA_ARCH__)
-    r = reinterpret_cast<const record*>(scales)[bucket_index];
-#else
-    std::memcpy(&r, scales + bucket_index * 8, 8);
-#endif
-    return r;
-  }
 };
 
 }  // namespace gradzip::quantize

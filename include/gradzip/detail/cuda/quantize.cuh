@@ -1,6 +1,6 @@
 // values_backend<cuda>: bucketed values stages, one warp per bucket, in one pass over the input.
-// Lane l reads values l, l + 32, ... of the bucket (coalesced); min, max and finiteness combine
-// with warp shuffles (exact in any order); then each group of 32 codes is packed with one
+// Lane l reads values l, l + 32, ... of the bucket (coalesced) into its statistics, the lanes
+// merge them in the canonical butterfly, and each group of 32 codes is packed with one
 // __ballot_sync per bit plane, the layout of quantize/bit_packing.hpp.
 #pragma once
 
@@ -19,20 +19,16 @@ __global__ void encode_buckets_kernel(Values values, const T* x, std::uint64_t c
        b < buckets; b += warps) {
     const std::uint64_t begin = b * Values::bucket;
     const std::uint64_t end = begin + Values::bucket < count ? begin + Values::bucket : count;
-    float lo = INFINITY, hi = -INFINITY;
-    bool finite = true;
-    for (std::uint64_t j = begin + lane; j < end; j += 32) {
-      const float v = static_cast<float>(to_float(x[j]));
-      finite = finite && isfinite(v);
-      lo = fminf(lo, v);
-      hi = fmaxf(hi, v);
-    }
+    // Canonical order (quantize/bucket_stats.hpp): lane l adds values l, l + 32, ... in order,
+    // then an xor butterfly merges the lanes.
+    quantize::bucket_stats stats = Values::empty_stats();
+    for (std::uint64_t j = begin + lane; j < end; j += 32) Values::add(stats, static_cast<float>(to_float(x[j])));
     for (int offset = 16; offset > 0; offset /= 2) {
-      lo = fminf(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, offset));
-      hi = fmaxf(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, offset));
+      quantize::bucket_stats other;
+      for (int i = 0; i < 4; ++i) other.v[i] = __shfl_xor_sync(0xFFFFFFFFu, stats.v[i], offset);
+      stats = Values::merge(stats, other);
     }
-    finite = __all_sync(0xFFFFFFFFu, finite);
-    const auto record = Values::make_record(lo, hi, finite);
+    const auto record = Values::make_record(stats, end - begin);
     if (lane == 0) Values::store_record(scales, b, record);
     for (std::uint64_t g = begin; g < end; g += 32) {  // warp-uniform: every lane iterates alike
       const std::uint64_t j = g + lane;

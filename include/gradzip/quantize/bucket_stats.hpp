@@ -1,0 +1,83 @@
+/**
+ * @file bucket_stats.hpp
+ * @brief Per-bucket statistics in one canonical order, the same on host and device.
+ *
+ * A bucketed values stage describes its statistics as up to four floats (`bucket_stats`), how a
+ * value adds to them (`Values::add`) and how two partial statistics merge (`Values::merge`,
+ * commutative bit for bit: sums, minima, maxima). The order is fixed by the format, not by the
+ * launch: lane j of 32 accumulates values j, j + 32, j + 64, ... of the bucket in order, then
+ * the 32 partials merge in an xor butterfly (offsets 16, 8, 4, 2, 1). A CUDA warp does exactly
+ * this with `__shfl_xor_sync`; `canonical_bucket_stats` replays the same tree on the host, so
+ * sums (norms, means) agree bit for bit.
+ */
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/quantize/bit_packing.hpp"
+
+namespace gradzip::quantize {
+
+struct bucket_stats {
+  float v[4];
+};
+
+/// What every bucketed values stage shares: its sizes and how its per-bucket record (a
+/// trivially copyable struct of `Record` type) is stored in the scales section.
+template <int Bits, std::uint32_t Bucket, class Record>
+struct bucketed_stage {
+  static_assert(Bits >= 1 && Bits <= 8, "bucketed stage: codes must be 1..8 bits");
+  static_assert(Bucket >= 32 && Bucket % 32 == 0 && Bucket <= (1u << 20),
+                "bucketed stage: Bucket must be a multiple of 32 in [32, 2^20]");
+  static_assert(sizeof(Record) % 4 == 0, "bucketed stage: records are whole 32-bit words");
+  using record = Record;
+  static constexpr bool bucketed = true;
+  static constexpr int bits = Bits;
+  static constexpr std::uint32_t bucket = Bucket;
+
+  GRADZIP_HOST_DEVICE static std::uint64_t bucket_count(std::uint64_t count) {
+    return (count + Bucket - 1) / Bucket;
+  }
+  GRADZIP_HOST_DEVICE static std::uint64_t scales_bytes(std::uint64_t count) {
+    return bucket_count(count) * sizeof(Record);
+  }
+  GRADZIP_HOST_DEVICE static std::uint64_t codes_bytes(std::uint64_t count) {
+    return packed_bytes(count, Bits);
+  }
+  GRADZIP_HOST_DEVICE static void store_record(std::uint8_t* scales, std::uint64_t b, const Record& r) {
+#if defined(__CUDA_ARCH__)  // the scales section is 16-byte aligned
+    reinterpret_cast<Record*>(scales)[b] = r;
+#else
+    std::memcpy(scales + b * sizeof(Record), &r, sizeof(Record));
+#endif
+  }
+  GRADZIP_HOST_DEVICE static Record load_record(const std::uint8_t* scales, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+    return reinterpret_cast<const Record*>(scales)[b];
+#else
+    Record r;
+    std::memcpy(&r, scales + b * sizeof(Record), sizeof(Record));
+    return r;
+#endif
+  }
+};
+
+/// Host replay of the warp's order for values x[begin .. end).
+template <class Values, class T>
+bucket_stats canonical_bucket_stats(const T* x, std::uint64_t begin, std::uint64_t end) {
+  bucket_stats lane[32];
+  for (auto& s : lane) s = Values::empty_stats();
+  for (std::uint64_t j = begin; j < end; ++j) {
+    Values::add(lane[(j - begin) % 32], static_cast<float>(to_float(x[j])));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    bucket_stats next[32];
+    for (int l = 0; l < 32; ++l) next[l] = Values::merge(lane[l], lane[l ^ offset]);
+    for (int l = 0; l < 32; ++l) lane[l] = next[l];
+  }
+  return lane[0];
+}
+
+}  // namespace gradzip::quantize

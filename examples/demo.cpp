@@ -56,12 +56,12 @@ struct row {
 void print(const std::vector<row>& rows, std::size_t n, int threads) {
   std::printf("gradient: %zu float32 (%.1f MiB), heavy-tailed synthetic, host threads: %d\n\n", n,
               n * 4.0 / (1 << 20), threads);
-  std::printf("| %-36s | %9s | %11s | %17s | %19s |\n", "codec", "ratio", "rel. L2 err",
+  std::printf("| %-40s | %9s | %11s | %17s | %19s |\n", "codec", "ratio", "rel. L2 err",
               "compress GB/s", "decompress GB/s");
-  std::printf("|%s|%s|%s|%s|%s|\n", std::string(38, '-').c_str(), std::string(11, '-').c_str(),
+  std::printf("|%s|%s|%s|%s|%s|\n", std::string(42, '-').c_str(), std::string(11, '-').c_str(),
               std::string(13, '-').c_str(), std::string(19, '-').c_str(), std::string(21, '-').c_str());
   for (const auto& r : rows) {
-    std::printf("| %-36s | %8.1fx | %11.4f | %17.2f | %19.2f |\n", r.codec.c_str(), r.ratio, r.rel_l2,
+    std::printf("| %-40s | %8.1fx | %11.4f | %17.2f | %19.2f |\n", r.codec.c_str(), r.ratio, r.rel_l2,
                 r.compress_gbps, r.decompress_gbps);
   }
   std::printf("\nratio = dense fp32 bytes / payload bytes; GB/s = dense input bytes / time (best of 3);\n"
@@ -141,6 +141,13 @@ int main(int argc, char** argv) {
   rows.push_back(measure("dense uniform 2-bit stochastic",
                          gz::codec<gz::sparsify::none, stochastic2, gz::encode::none>{{}, stochastic2{seed}},
                          exec, g));
+  using qsgd4 = gz::quantize::qsgd<7>;
+  rows.push_back(measure("dense qsgd 4-bit (7 levels, bucket 128)",
+                         gz::codec<gz::sparsify::none, qsgd4, gz::encode::none>{{}, qsgd4{seed}}, exec, g));
+  rows.push_back(measure("dense sign (signSGD)",
+                         gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>{}, exec, g));
+  rows.push_back(measure("dense scaled sign (EF-SignSGD)",
+                         gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{}, exec, g));
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
@@ -157,6 +164,9 @@ int main(int argc, char** argv) {
   const int steps = 10;
   rows.push_back(measure_feedback("topk 1% + coo + error feedback x10",
                                   topk_codec{gradzip::sparsify::topk::ratio(0.01)}, exec, n, seed, steps));
+  rows.push_back(measure_feedback("scaled sign + error feedback x10",
+                                  gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{},
+                                  exec, n, seed, steps));
   print(rows, n, exec.threads());
   return 0;
 }

@@ -38,6 +38,8 @@
 #include "gradzip/encode/none.hpp"
 #include "gradzip/quantize/cast.hpp"
 #include "gradzip/quantize/none.hpp"
+#include "gradzip/quantize/qsgd.hpp"
+#include "gradzip/quantize/sign.hpp"
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/topk.hpp"

@@ -258,7 +258,7 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
   }
 }
 
-TEST_CASE("cuda uniform quantization equals the host's bytes", "[gpu]") {
+TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
   gz::host host;
@@ -273,6 +273,11 @@ TEST_CASE("cuda uniform quantization equals the host's bytes", "[gpu]") {
     check_parity(g, gz::codec<gz::sparsify::none, q8, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, q4, gz::encode::coo>{gz::sparsify::topk::ratio(0.01)}, dev);
     check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, gz::encode::none>{{}, gz::quantize::qsgd<7>{9}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::qsgd<127>, gz::encode::coo>{
+                        gz::sparsify::topk::ratio(0.01), gz::quantize::qsgd<127>{4}}, dev);
     // Stochastic rounding keyed by (seed, step, tensor, index): same bytes on both executors.
     std::vector<std::byte> expected(stochastic.max_compressed_bytes<float>(n));
     expected.resize(stochastic.compress(host, gz::span<const float>(g), gz::span<std::byte>(expected), {5, 2}));

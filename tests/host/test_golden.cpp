@@ -75,6 +75,18 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                test::compress(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec,
                               golden_input<float>(1000, 9)));
 
+  {
+    using q = quantize::qsgd<7>;
+    const codec<sparsify::none, q, encode::none> c{{}, q{5}};
+    const auto x = golden_input<float>(300, 10);
+    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {1, 2}));
+    check_golden("dense_qsgd7_f32_n300.grdz", out);
+  }
+  check_golden("dense_scaled_sign_f32_n600.grdz",
+               test::compress(codec<sparsify::none, quantize::scaled_sign, encode::none>{}, exec,
+                              golden_input<float>(600, 11)));
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

@@ -1,0 +1,105 @@
+/**
+ * @file qsgd.hpp
+ * @brief `quantize::qsgd<Levels, Bucket>`: QSGD, stochastic levels of the bucket's L2 norm.
+ *
+ * Alistarh, Grubic, Li, Tomioka, Vojnovic, "QSGD: communication-efficient SGD via gradient
+ * quantization and encoding" (NeurIPS 2017). For a bucket with L2 norm N and s = Levels:
+ *
+ *     l = |v| / N x s  in [0, s],     level = min(s, floor(l + u)),  u ~ U[0, 1)
+ *     decoded = sign(v) x N x level / s
+ *
+ * Unbiased (E[decoded] = v); per value the variance is p(1 − p)(N / s)², p = l − floor(l), and
+ * per bucket of d values E||Q(v) − v||² <= min(d / s², sqrt(d) / s) ||v||² (the paper's
+ * Lemma 3.1). The default bucket is 128 values, as in GRACE. u comes from Philox keyed by
+ * (seed, step, tensor id, element index).
+ *
+ * Code: the sign in bit 0 (1 = negative; zero counts as positive), the level in the bits
+ * above, so Levels = 7 gives 4-bit codes (as "QSGD 4-bit"), Levels = 127 gives 8. Codes are
+ * bit-plane packed; each bucket's norm is one fp32 in the scales section.
+ * A zero bucket decodes to zeros; a bucket holding NaN or inf (or whose sum of squares
+ * overflows float) decodes to NaN throughout.
+ *
+ * @code
+ * using qsgd4 = gradzip::quantize::qsgd<7>;   // 4-bit codes, bucket 128
+ * gradzip::codec<gradzip::sparsify::none, qsgd4, gradzip::encode::none> c{{}, qsgd4{seed}};
+ * @endcode
+ */
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/quantize/uniform.hpp"
+#include "gradzip/random/philox.hpp"
+#include "gradzip/wire/format.hpp"
+
+namespace gradzip::detail {
+/// Bits needed to write v (0 for 0).
+constexpr int bit_width(unsigned v) { return v == 0 ? 0 : 1 + bit_width(v >> 1); }
+}  // namespace gradzip::detail
+
+namespace gradzip::quantize {
+
+struct qsgd_record {
+  float norm;
+};
+
+template <unsigned Levels, std::uint32_t Bucket = 128>
+struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsgd_record> {
+  static_assert(Levels >= 1 && Levels <= 127, "quantize::qsgd: Levels must be in 1..127 (codes of at most 8 bits)");
+  using record = qsgd_record;
+  static constexpr std::uint8_t id = 3;
+  static constexpr bool summable = false;
+  /// Params: u8 levels, 3 zero bytes, u32 bucket.
+  static constexpr std::uint64_t param_bytes = 8;
+
+  std::uint64_t seed = 0;
+
+  constexpr qsgd() = default;
+  explicit constexpr qsgd(std::uint64_t seed_value) : seed(seed_value) {}
+
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) {
+    p[0] = static_cast<std::uint8_t>(Levels);
+    wire::detail::store_le(p + 4, Bucket, 4);
+  }
+  GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
+    if (p[0] != Levels) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+    for (int i = 1; i < 4; ++i) {
+      if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
+    }
+    const auto b = wire::detail::load_le(p + 4, 4);
+    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+    return {};
+  }
+
+  /// Statistics: the sum of squares, and 1 if any value was not finite.
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+  GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
+    s.v[0] = fmaf(v, v, s.v[0]);  // explicit fma: the same rounding on every executor
+    if (!is_finite(v)) s.v[1] = 1.0f;
+  }
+  GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
+    return {{a.v[0] + b.v[0], fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+  }
+  GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
+    if (s.v[1] != 0.0f || !is_finite(s.v[0])) return {NAN};
+    return {sqrtf(s.v[0])};
+  }
+
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
+                                      compress_context ctx) const {
+    if (!(r.norm > 0.0f)) return 0;  // zero bucket, or poisoned (NaN)
+    const float u = uniform_float(philox_for(seed, ctx.step, ctx.tensor_id, index)[0]);
+    const float level = floorf(fmaf(fabsf(v) / r.norm, static_cast<float>(Levels), u));
+    const unsigned l = level >= static_cast<float>(Levels) ? Levels : static_cast<unsigned>(level);
+    return (l << 1) | (v < 0.0f ? 1u : 0u);
+  }
+
+  GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
+    const float magnitude = r.norm * static_cast<float>(code >> 1) / static_cast<float>(Levels);
+    return (code & 1u) ? -magnitude : magnitude;
+  }
+};
+
+}  // namespace gradzip::quantize

@@ -1,0 +1,78 @@
+/**
+ * @file sign.hpp
+ * @brief `quantize::sign<Scaled, Bucket>`: one bit per value, the sign.
+ *
+ * - `sign<false>` (signSGD, Bernstein et al. 2018): decoded = +1 or −1.
+ * - `sign<true>` (scaled sign: EF-SignSGD, Karimireddy et al. 2019; DeepSpeed's 1-bit Adam and
+ *   1-bit LAMB): decoded = ±(mean |v| of the bucket), so the bucket keeps its L1 norm.
+ *
+ * Zero is sent as positive. Both are biased; use them inside `feedback::error_feedback`
+ * (EF-SignSGD), without which training degrades. The bucket's scale (1 for plain sign) is one
+ * fp32 in the scales section; the mean |v| is summed in the canonical order, so host and device
+ * agree bit for bit. A bucket with NaN or inf decodes to NaN.
+ *
+ * @code
+ * gradzip::codec<gradzip::sparsify::none, gradzip::quantize::sign<true>, gradzip::encode::none> c;
+ * @endcode
+ */
+#pragma once
+
+#include <cstdint>
+
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/quantize/uniform.hpp"
+#include "gradzip/wire/format.hpp"
+
+namespace gradzip::quantize {
+
+struct sign_record {
+  float scale;
+};
+
+template <bool Scaled, std::uint32_t Bucket = 512>
+struct sign : bucketed_stage<1, Bucket, sign_record> {
+  using record = sign_record;
+  static constexpr std::uint8_t id = 4;
+  static constexpr bool summable = false;
+  /// Params: u8 scaled (0 or 1), 3 zero bytes, u32 bucket.
+  static constexpr std::uint64_t param_bytes = 8;
+
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) {
+    p[0] = Scaled ? 1 : 0;
+    wire::detail::store_le(p + 4, Bucket, 4);
+  }
+  GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
+    if (p[0] != (Scaled ? 1 : 0)) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+    for (int i = 1; i < 4; ++i) {
+      if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
+    }
+    const auto b = wire::detail::load_le(p + 4, 4);
+    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+    return {};
+  }
+
+  /// Statistics: the sum of |v|, and 1 if any value was not finite.
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+  GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
+    s.v[0] += fabsf(v);
+    if (!is_finite(v)) s.v[1] = 1.0f;
+  }
+  GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
+    return {{a.v[0] + b.v[0], fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+  }
+  GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
+    if (s.v[1] != 0.0f) return {NAN};
+    return {Scaled ? s.v[0] / static_cast<float>(count) : 1.0f};
+  }
+
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint64_t, compress_context) const {
+    return v < 0.0f ? 1u : 0u;
+  }
+  GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
+    return code ? -r.scale : r.scale;
+  }
+};
+
+using scaled_sign = sign<true>;
+
+}  // namespace gradzip::quantize

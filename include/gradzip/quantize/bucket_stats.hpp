@@ -12,11 +12,13 @@
  */
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
+#include "gradzip/wire/format.hpp"
 
 namespace gradzip::quantize {
 
@@ -61,6 +63,37 @@ struct bucketed_stage {
     std::memcpy(&r, scales + b * sizeof(Record), sizeof(Record));
     return r;
 #endif
+  }
+};
+
+/// Parameters of a stage described by one byte and its bucket: u8 kind, 3 zero bytes, u32
+/// bucket (qsgd: the levels; sign: whether it is scaled).
+GRADZIP_HOST_DEVICE inline void write_kind_and_bucket(std::uint8_t* p, std::uint8_t kind,
+                                                      std::uint32_t bucket) {
+  p[0] = kind;
+  wire::detail::store_le(p + 4, bucket, 4);
+}
+
+/// Checks such parameters against the decoder's; `at` is their offset in the payload.
+GRADZIP_HOST_DEVICE inline wire::status check_kind_and_bucket(const std::uint8_t* p, std::uint64_t at,
+                                                              std::uint8_t kind, std::uint32_t bucket) {
+  if (p[0] != kind) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+  for (int i = 1; i < 4; ++i) {
+    if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
+  }
+  const auto b = wire::detail::load_le(p + 4, 4);
+  if (b != bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+  return {};
+}
+
+/// Statistics made of one sum (v[0]) and a flag set when any value was not finite (v[1]).
+struct sum_and_flag {
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+  GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
+    return {{a.v[0] + b.v[0], fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+  }
+  GRADZIP_HOST_DEVICE static void flag_non_finite(bucket_stats& s, float v) {
+    if (!is_finite(v)) s.v[1] = 1.0f;
   }
 };
 

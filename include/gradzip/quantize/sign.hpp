@@ -38,27 +38,19 @@ struct sign : bucketed_stage<1, Bucket, sign_record> {
   static constexpr std::uint64_t param_bytes = 8;
 
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) {
-    p[0] = Scaled ? 1 : 0;
-    wire::detail::store_le(p + 4, Bucket, 4);
+    write_kind_and_bucket(p, Scaled ? 1 : 0, Bucket);
   }
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
-    if (p[0] != (Scaled ? 1 : 0)) return wire::fail(wire::format_errc::bad_params, at, p[0]);
-    for (int i = 1; i < 4; ++i) {
-      if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
-    }
-    const auto b = wire::detail::load_le(p + 4, 4);
-    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
-    return {};
+    return check_kind_and_bucket(p, at, Scaled ? 1 : 0, Bucket);
   }
 
-  /// Statistics: the sum of |v|, and 1 if any value was not finite.
-  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return sum_and_flag::empty_stats(); }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
     s.v[0] += fabsf(v);
-    if (!is_finite(v)) s.v[1] = 1.0f;
+    sum_and_flag::flag_non_finite(s, v);
   }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{a.v[0] + b.v[0], fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+    return sum_and_flag::merge(a, b);
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[1] != 0.0f) return {NAN};

@@ -172,10 +172,14 @@ std::size_t cuda_topk_scan_bytes(cudaStream_t stream, std::uint64_t n) {
   return bytes;
 }
 
-template <class T, class Sink>
-std::size_t cuda_topk_workspace_bytes(cuda& exec, std::uint64_t n) {
+/// Scratch of the device top-k. The scan's size is queried with one canonical sink type here
+/// and in cuda_topk, so the codec's sizing and the select's request always agree (a codec that
+/// keeps values in scratch after this block relies on it); CUB's storage does not depend on the
+/// output iterator, and would fail loudly, not silently, if it ever did.
+template <class T>
+std::size_t cuda_topk_workspace_bytes(cudaStream_t stream, std::uint64_t n) {
   return cuda_topk_scratch<key_type_t<T>>::counters_bytes + 256 +
-         cuda_topk_scan_bytes<T, Sink>(exec.stream(), n);
+         cuda_topk_scan_bytes<T, payload_sink<T, quantize::none, encode::coo>>(stream, n);
 }
 
 /**
@@ -189,9 +193,9 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
   const cudaStream_t stream = exec.stream();
-  const std::size_t scan_bytes = cuda_topk_scan_bytes<T, Sink>(stream, n);
-  cuda_topk_scratch<Key> s(exec.scratch(cuda_topk_scratch<Key>::counters_bytes + 256 + scan_bytes),
-                           scan_bytes);
+  const std::size_t total = cuda_topk_workspace_bytes<T>(stream, n);
+  const std::size_t scan_bytes = total - cuda_topk_scratch<Key>::counters_bytes - 256;
+  cuda_topk_scratch<Key> s(exec.scratch(total), scan_bytes);
 
   topk_init_kernel<<<1, 1, 0, stream>>>(s.state, k);
   GRADZIP_CUDA_TRY(cudaGetLastError());
@@ -243,7 +247,7 @@ template <>
 struct structure_backend<cuda, sparsify::topk> {
   template <class T>
   static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
-    return cuda_topk_workspace_bytes<T, payload_sink<T, quantize::none, encode::coo>>(exec, n);
+    return cuda_topk_workspace_bytes<T>(exec.stream(), n);
   }
   template <class T, class Sink>
   static void select(cuda& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,

@@ -93,6 +93,12 @@ struct stored_index {
   }
 };
 
+template <class Values, class = void>
+struct needs_code_check : std::false_type {};
+template <class Values>
+struct needs_code_check<Values, std::void_t<decltype(Values::codes_need_check)>>
+    : std::bool_constant<Values::codes_need_check> {};
+
 /// values_backend<Exec>: bucketed values stages on an executor (host below, CUDA in cuda.cuh).
 template <class Exec>
 struct values_backend;
@@ -175,6 +181,8 @@ class codec {
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
   static constexpr std::uint64_t params_bytes = 8 + Values::param_bytes + Indices::param_bytes;
   static constexpr std::uint32_t section_count = 2 + (has_indices ? 1 : 0) + (bucketed ? 1 : 0);
+  /// Whether decoding must check each element (its index, or its value's code) before writing.
+  static constexpr bool checks_elements = has_indices || detail::needs_code_check<Values>::value;
 
   constexpr codec() = default;
   explicit constexpr codec(Structure s, Values v = {}, Indices i = {})
@@ -383,9 +391,14 @@ class codec {
     }
   }
 
-  /// Checks index j of a parsed payload: below n and above index j - 1.
+  /// Checks element j of a parsed payload: its index is below n and above index j - 1, and its
+  /// value's code is one the values stage can write.
   GRADZIP_HOST_DEVICE static wire::status check_index(const detail::explicit_view& v,
                                                       std::uint64_t j) {
+    if constexpr (detail::needs_code_check<Values>::value) {
+      const unsigned code = quantize::unpack_code(v.values, Values::bits, j);
+      if (code > Values::max_code) return wire::fail(wire::format_errc::bad_code, j, code, Values::max_code);
+    }
     if constexpr (!has_indices) return {};
     const std::uint64_t index = index_at(v, j);
     if (index >= v.header.element_count) {
@@ -480,7 +493,7 @@ struct payload_backend<host> {
     // Validate every index before writing anything (a bad payload changes nothing). Chunks are
     // checked in parallel and reported in order, so the error names the first bad position.
     const std::size_t chunks = chunk_count(exec, v.count);
-    if constexpr (Codec::has_indices) {
+    if constexpr (Codec::checks_elements) {
       auto* found = reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status)));
       std::fill(found, found + chunks, wire::status{});
       for_each_chunk(exec, chunks, [&](std::size_t c) {

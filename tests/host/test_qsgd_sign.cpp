@@ -158,3 +158,27 @@ TEST_CASE("malformed qsgd and sign parameters are rejected", "[qsgd]") {
     CHECK(e.code() == wire::format_errc::bad_params);
   }
 }
+
+TEST_CASE("qsgd decoders reject levels above Levels", "[qsgd]") {
+  // Levels = 5 needs 3 level bits, so codes can spell levels 6 and 7, which no compressor writes.
+  using q5 = quantize::qsgd<5>;
+  STATIC_REQUIRE(q5::codes_need_check);
+  STATIC_REQUIRE(!quantize::qsgd<7>::codes_need_check);
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(200, 5);
+  std::vector<std::byte> p(dense<q5>{}.max_compressed_bytes<float>(x.size()));
+  dense<q5>{}.compress(exec, span<const float>(x), span<std::byte>(p));
+  const auto h = wire::read_header(span<const std::byte>(p));
+  // Set every bit of code 0: negative, level 7 (code 15).
+  auto* words = reinterpret_cast<std::uint8_t*>(p.data()) + h.sections[2].offset;
+  for (int bit = 0; bit <= 3; ++bit) words[bit * 4] |= 1;
+  std::vector<float> out(x.size(), 2.0f);
+  try {
+    dense<q5>{}.decompress_add(exec, span<const std::byte>(p), span<float>(out));
+    FAIL("accepted a level above Levels");
+  } catch (const format_error& e) {
+    CHECK(e.code() == wire::format_errc::bad_code);
+    CHECK(std::string(e.what()) == "decompress: value code out of range: value 0 has code 15, the stage's largest is 11");
+  }
+  CHECK(out == std::vector<float>(x.size(), 2.0f));
+}

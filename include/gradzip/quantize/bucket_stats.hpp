@@ -39,6 +39,10 @@ struct bucketed_stage {
   static constexpr int bits = Bits;
   static constexpr std::uint32_t bucket = Bucket;
 
+  /// Stages whose codes do not fill all 2^Bits values set this and define max_code.
+  static constexpr bool codes_need_check = false;
+  static constexpr unsigned max_code = (1u << Bits) - 1;
+
   GRADZIP_HOST_DEVICE static std::uint64_t bucket_count(std::uint64_t count) {
     return (count + Bucket - 1) / Bucket;
   }

@@ -51,6 +51,10 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
   using record = qsgd_record;
   static constexpr std::uint8_t id = 3;
   static constexpr bool summable = false;
+  /// Levels above s are not codes a compressor writes: decoders reject them (unless s = 2^m - 1,
+  /// where every code is valid).
+  static constexpr bool codes_need_check = (Levels & (Levels + 1)) != 0;
+  static constexpr unsigned max_code = (Levels << 1) | 1u;
   /// Params: u8 levels, 3 zero bytes, u32 bucket.
   static constexpr std::uint64_t param_bytes = 8;
 

@@ -35,6 +35,7 @@ enum class format_errc : std::uint32_t {
   index_not_increasing,   ///< indices are not strictly increasing (duplicate or unsorted)
   size_mismatch,          ///< the payload's element count differs from the output tensor's
   checksum_mismatch,      ///< the CRC-32C of the payload disagrees with the stored one
+  bad_code,               ///< a value's code is outside the values stage's range
 };
 
 /// A short English description of a code.
@@ -62,6 +63,7 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::index_not_increasing: return "indices not strictly increasing";
     case format_errc::size_mismatch: return "element count differs from the output size";
     case format_errc::checksum_mismatch: return "checksum mismatch";
+    case format_errc::bad_code: return "value code out of range";
   }
   return "unknown error";
 }

@@ -141,6 +141,8 @@ inline std::string message(const status& s) {
       return concat(what, ": payload has ", s.a, " elements, output has ", s.b);
     case format_errc::checksum_mismatch:
       return concat(what, ": stored 0x", std::hex, s.a, ", computed 0x", s.b);
+    case format_errc::bad_code:
+      return concat(what, ": value ", s.a, " has code ", s.b, ", the stage's largest is ", s.c);
   }
   return what;
 }

@@ -52,7 +52,7 @@ __global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, s
                                 wire::status* st) {
   explicit_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
-  if constexpr (!Codec::has_indices) return;  // nothing beyond the frame to check
+  if constexpr (!Codec::checks_elements) return;  // nothing beyond the frame to check
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {

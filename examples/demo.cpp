@@ -148,6 +148,11 @@ int main(int argc, char** argv) {
                          gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>{}, exec, g));
   rows.push_back(measure("dense scaled sign (EF-SignSGD)",
                          gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{}, exec, g));
+  using tern = gz::quantize::terngrad<>;
+  rows.push_back(measure("dense terngrad",
+                         gz::codec<gz::sparsify::none, tern, gz::encode::none>{{}, tern{seed}}, exec, g));
+  rows.push_back(measure("dense 1-bit SGD (two means)",
+                         gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{}, exec, g));
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);

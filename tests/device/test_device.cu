@@ -278,6 +278,9 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, gz::encode::none>{{}, gz::quantize::qsgd<7>{9}}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::qsgd<127>, gz::encode::coo>{
                         gz::sparsify::topk::ratio(0.01), gz::quantize::qsgd<127>{4}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::terngrad<true>, gz::encode::none>{
+                        {}, gz::quantize::terngrad<true>{6}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{}, dev);
     // Stochastic rounding keyed by (seed, step, tensor, index): same bytes on both executors.
     std::vector<std::byte> expected(stochastic.max_compressed_bytes<float>(n));
     expected.resize(stochastic.compress(host, gz::span<const float>(g), gz::span<std::byte>(expected), {5, 2}));

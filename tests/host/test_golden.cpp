@@ -87,6 +87,18 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                test::compress(codec<sparsify::none, quantize::scaled_sign, encode::none>{}, exec,
                               golden_input<float>(600, 11)));
 
+  {
+    using t = quantize::terngrad<true, 64>;
+    const codec<sparsify::none, t, encode::none> c{{}, t{8}};
+    const auto x = golden_input<float>(200, 12);
+    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {2, 1}));
+    check_golden("dense_terngrad_clip_f32_n200.grdz", out);
+  }
+  check_golden("dense_onebit_f32_n700.grdz",
+               test::compress(codec<sparsify::none, quantize::onebit<>, encode::none>{}, exec,
+                              golden_input<float>(700, 13)));
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

@@ -206,7 +206,8 @@ class codec {
     return l;
   }
 
-  /// An upper bound on the payload bytes for n elements of type T (exact for top-k).
+  /// The payload bytes for n elements of type T: exact for every stage so far (a stage with a
+  /// data-dependent size will make it an upper bound).
   template <class T>
   std::size_t max_compressed_bytes(std::size_t n) const {
     return layout(element_traits<T>::type, n, structure_.selected_count(n)).total_bytes();
@@ -275,7 +276,7 @@ class codec {
   /**
    * accum <- accum + alpha * decode(payload), in one pass over the payload. The payload is
    * validated first (header, sections, parameters, every index in range and strictly
-   * increasing), so a bad payload changes nothing. Payloads of any element type decode into any
+   * increasing, every code one the values stage writes), so a bad payload changes nothing. Payloads of any element type decode into any
    * accumulator type. On CUDA, errors surface through `exec.check()`.
    */
   template <class Exec, class T>
@@ -284,7 +285,7 @@ class codec {
     detail::payload_backend<Exec>::decode(exec, *this, payload, accum, alpha, false);
   }
 
-  /// dense_out <- decode(payload): zeros except at the payload's indices.
+  /// dense_out <- decode(payload): every element written (zeros where a sparsifier sent none).
   template <class Exec, class T>
   void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {
     detail::payload_backend<Exec>::decode(exec, *this, payload, dense_out, 1.0f, true);

@@ -53,7 +53,7 @@ namespace gradzip {
 namespace detail {
 
 /// What a validated payload holds: its count and where its indices (if any) and values are.
-struct explicit_view {
+struct payload_view {
   wire::header header;
   std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
   int index_width = 0;      // 0 when the payload has no indices section
@@ -315,7 +315,7 @@ class codec {
 
   /// Validates a payload's frame: header, codec, sections, parameters and section sizes.
   GRADZIP_HOST_DEVICE static wire::status parse(const std::uint8_t* bytes, std::uint64_t size,
-                                                detail::explicit_view& v) {
+                                                detail::payload_view& v) {
     wire::status s = wire::parse_header(bytes, size, v.header);
     if (!s.ok()) return s;
     const wire::header& h = v.header;
@@ -375,7 +375,7 @@ class codec {
   }
 
   /// Value j of a parsed payload, widened to double.
-  GRADZIP_HOST_DEVICE static double value_at(const detail::explicit_view& v, element_type type,
+  GRADZIP_HOST_DEVICE static double value_at(const detail::payload_view& v, element_type type,
                                              std::uint64_t j) {
     if constexpr (bucketed) {
       return Values::decode(quantize::unpack_code(v.values, Values::bits, j),
@@ -386,7 +386,7 @@ class codec {
   }
 
   /// The tensor index of payload element j (its own position for a dense structure).
-  GRADZIP_HOST_DEVICE static std::uint64_t index_at(const detail::explicit_view& v, std::uint64_t j) {
+  GRADZIP_HOST_DEVICE static std::uint64_t index_at(const detail::payload_view& v, std::uint64_t j) {
     if constexpr (has_indices) {
       return Indices::load(v.indices, v.index_width, j);
     } else {
@@ -396,7 +396,7 @@ class codec {
 
   /// Checks element j of a parsed payload: its index is below n and above index j - 1, and its
   /// value's code is one the values stage can write.
-  GRADZIP_HOST_DEVICE static wire::status check_index(const detail::explicit_view& v,
+  GRADZIP_HOST_DEVICE static wire::status check_index(const detail::payload_view& v,
                                                       std::uint64_t j) {
     if constexpr (detail::needs_code_check<Values>::value) {
       const unsigned code = quantize::unpack_code(v.values, Values::bits, j);
@@ -484,7 +484,7 @@ struct payload_backend<host> {
   static void decode(host& exec, const Codec&, span<const std::byte> payload, span<T> out,
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    explicit_view v;
+    payload_view v;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     wire::throw_if_failed(Codec::parse(bytes, payload.size(), v), "decompress");
     if (v.header.flags & wire::flag_checksum) wire::read_header(payload);  // verifies the CRC

@@ -44,4 +44,21 @@ std::vector<std::byte> compress(const Codec& c, gradzip::host& exec, const std::
   return out;
 }
 
+/// A dense codec (every element, no indices) with the given values stage.
+template <class Values>
+using dense = gradzip::codec<gradzip::sparsify::none, Values, gradzip::encode::none>;
+
+/// Compresses x on the host (with `threads`, 0 = default) and decodes it into floats.
+template <class Codec, class T>
+std::vector<float> round_trip(const Codec& c, const std::vector<T>& x,
+                              gradzip::quantize::compress_context ctx = {}, int threads = 0) {
+  gradzip::host exec(threads);
+  std::vector<std::byte> p(c.template max_compressed_bytes<T>(x.size()));
+  const auto bytes = c.compress(exec, gradzip::span<const T>(x.data(), x.size()),
+                                gradzip::span<std::byte>(p), ctx);
+  std::vector<float> out(x.size());
+  c.decompress(exec, gradzip::span<const std::byte>(p.data(), bytes), gradzip::span<float>(out));
+  return out;
+}
+
 }  // namespace test

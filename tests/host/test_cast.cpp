@@ -14,14 +14,7 @@ using dense_fp16 = codec<sparsify::none, quantize::cast_fp16, encode::none>;
 using dense_bf16 = codec<sparsify::none, quantize::cast_bf16, encode::none>;
 using topk_fp16 = codec<sparsify::topk, quantize::cast_fp16, encode::coo>;
 
-template <class Codec, class T>
-std::vector<float> round_trip(const Codec& c, const std::vector<T>& x) {
-  host exec;
-  const auto payload = test::compress(c, exec, x);
-  std::vector<float> out(x.size());
-  c.decompress(exec, span<const std::byte>(payload), span<float>(out));
-  return out;
-}
+using test::round_trip;
 
 float half_value(float f) { return detail::half_bits_to_float(quantize::float_to_half_bits(f)); }
 float bf16_value(float f) { return detail::bf16_bits_to_float(quantize::float_to_bf16_bits(f)); }

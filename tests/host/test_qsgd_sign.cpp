@@ -9,18 +9,8 @@
 using namespace gradzip;
 
 namespace {
-template <class Values>
-using dense = codec<sparsify::none, Values, encode::none>;
-
-template <class Codec>
-std::vector<float> round_trip(const Codec& c, const std::vector<float>& x, quantize::compress_context ctx = {}) {
-  host exec;
-  std::vector<std::byte> p(c.template max_compressed_bytes<float>(x.size()));
-  const auto bytes = c.compress(exec, span<const float>(x), span<std::byte>(p), ctx);
-  std::vector<float> out(x.size());
-  c.decompress(exec, span<const std::byte>(p.data(), bytes), span<float>(out));
-  return out;
-}
+using test::dense;
+using test::round_trip;
 
 std::vector<double> bucket_norms(const std::vector<float>& x, std::size_t bucket) {
   std::vector<double> norms;

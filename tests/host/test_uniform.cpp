@@ -14,16 +14,7 @@ namespace {
 template <int Bits, rounding R = rounding::nearest, std::uint32_t B = 512>
 using dense_uniform = codec<sparsify::none, quantize::uniform<Bits, R, B>, encode::none>;
 
-template <class Codec, class T>
-std::vector<float> round_trip(const Codec& c, const std::vector<T>& x, quantize::compress_context ctx = {},
-                              int threads = 0) {
-  host exec(threads);
-  std::vector<std::byte> p(c.template max_compressed_bytes<T>(x.size()));
-  const auto bytes = c.compress(exec, span<const T>(x.data(), x.size()), span<std::byte>(p), ctx);
-  std::vector<float> out(x.size());
-  c.decompress(exec, span<const std::byte>(p.data(), bytes), span<float>(out));
-  return out;
-}
+using test::round_trip;
 
 /// Per-bucket step of max-min quantization with L levels.
 std::vector<float> bucket_steps(const std::vector<float>& x, std::size_t bucket, unsigned levels) {

@@ -12,10 +12,8 @@
 
 #if defined(__CUDACC__)
 #define GRADZIP_HOST_DEVICE __host__ __device__
-#define GRADZIP_DEVICE __device__
 #else
 #define GRADZIP_HOST_DEVICE
-#define GRADZIP_DEVICE
 #endif
 
 #define GRADZIP_VERSION_MAJOR 0

@@ -26,13 +26,4 @@ GRADZIP_HOST_DEVICE inline int find_rank_bin(const std::uint64_t* hist, int bins
   return 0;
 }
 
-/**
- * The selection rule once the threshold key T is known: elements with key > T are taken, and
- * the first `ties_to_take` elements with key == T in index order.
- */
-struct threshold_rule {
-  std::uint64_t threshold;
-  std::uint64_t ties_to_take;
-};
-
 }  // namespace gradzip::detail

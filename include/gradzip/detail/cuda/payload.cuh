@@ -27,7 +27,7 @@ __device__ inline void record_failure(wire::status* st, const wire::status& s) {
 /// Thread 0 parses the payload into shared memory; returns false (for the whole block) on error.
 template <class Codec>
 __device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                               explicit_view& v, wire::status* st, bool report) {
+                               payload_view& v, wire::status* st, bool report) {
   __shared__ bool ok;
   if (threadIdx.x == 0) {
     wire::status s = Codec::parse(bytes, size, v);
@@ -42,15 +42,15 @@ __device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, st
 }
 
 /// Shared-memory home of a parsed view (shared variables cannot have constructors).
-__device__ inline explicit_view& shared_view() {
-  __shared__ alignas(explicit_view) unsigned char storage[sizeof(explicit_view)];
-  return *reinterpret_cast<explicit_view*>(storage);
+__device__ inline payload_view& shared_view() {
+  __shared__ alignas(payload_view) unsigned char storage[sizeof(payload_view)];
+  return *reinterpret_cast<payload_view*>(storage);
 }
 
 template <class Codec>
 __global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
                                 wire::status* st) {
-  explicit_view& v = shared_view();
+  payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
   if constexpr (!Codec::checks_elements) return;  // nothing beyond the frame to check
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -75,7 +75,7 @@ template <class Codec, class T>
 __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
                              std::uint64_t out_size, float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
-  explicit_view& v = shared_view();
+  payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -37,6 +37,7 @@
 #include "gradzip/encode/coo.hpp"
 #include "gradzip/encode/none.hpp"
 #include "gradzip/quantize/cast.hpp"
+#include "gradzip/quantize/natural.hpp"
 #include "gradzip/quantize/none.hpp"
 #include "gradzip/quantize/qsgd.hpp"
 #include "gradzip/quantize/onebit.hpp"
@@ -457,13 +458,13 @@ struct values_backend<host> {
             quantize::canonical_bucket_stats<Values>(x, begin, end), end - begin);
         Values::store_record(scales, b, record);
         for (std::uint64_t g = begin; g < end; g += 32) {
-          std::uint8_t group[32] = {};
+          typename Values::code_type group[32] = {};
           const int n = static_cast<int>(std::min<std::uint64_t>(32, end - g));
           for (int l = 0; l < n; ++l) {
-            group[l] = static_cast<std::uint8_t>(
+            group[l] = static_cast<typename Values::code_type>(
                 values.encode(static_cast<float>(to_float(x[g + l])), record, index_of(g + l), ctx));
           }
-          std::uint32_t words[8];
+          std::uint32_t words[16];
           quantize::pack_group(group, n, Values::bits, words);
           std::memcpy(codes + (g / 32) * Values::bits * 4, words, Values::bits * 4);
         }

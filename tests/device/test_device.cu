@@ -245,6 +245,9 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, dense_raw{}, dev);
     check_parity(g, topk_fp16{gz::sparsify::topk::ratio(0.01)}, dev);
     check_parity(converted<__nv_bfloat16>(g), dense_fp16{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e5m2, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::cast_fp8_e4m3>{gz::sparsify::topk::ratio(0.01)}, dev);
     // Decode on the device equals decode on the host.
     const auto payload = test::compress(dense_bf16{}, host, g);
     device_vector<std::byte> dp(payload);
@@ -281,6 +284,10 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::terngrad<true>, gz::encode::none>{
                         {}, gz::quantize::terngrad<true>{6}}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::natural<8>, gz::encode::none>{
+                        {}, gz::quantize::natural<8>{12}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::natural<9>>{
+                        gz::sparsify::topk::ratio(0.01), gz::quantize::natural<9>{12}}, dev);
     // Stochastic rounding keyed by (seed, step, tensor, index): same bytes on both executors.
     std::vector<std::byte> expected(stochastic.max_compressed_bytes<float>(n));
     expected.resize(stochastic.compress(host, gz::span<const float>(g), gz::span<std::byte>(expected), {5, 2}));

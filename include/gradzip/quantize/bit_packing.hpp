@@ -1,6 +1,6 @@
 /**
  * @file bit_packing.hpp
- * @brief Bit-plane packing of 1..8-bit codes, shared by every quantizer, host and device.
+ * @brief Bit-plane packing of 1..16-bit codes, shared by every quantizer, host and device.
  *
  * Codes are packed in groups of 32. Group g (codes 32g .. 32g+31) occupies `bits` consecutive
  * little-endian u32 words; word b of the group holds bit b of the group's 32 codes, code 32g+l in
@@ -28,8 +28,8 @@ GRADZIP_HOST_DEVICE constexpr std::uint64_t packed_bytes(std::uint64_t count, in
 }
 
 /// Packs codes[0 .. n) (n <= 32, codes < 2^bits) as one group into words[0 .. bits).
-GRADZIP_HOST_DEVICE inline void pack_group(const std::uint8_t* codes, int n, int bits,
-                                           std::uint32_t* words) {
+template <class Code>
+GRADZIP_HOST_DEVICE inline void pack_group(const Code* codes, int n, int bits, std::uint32_t* words) {
   for (int b = 0; b < bits; ++b) {
     std::uint32_t w = 0;
     for (int l = 0; l < n; ++l) w |= static_cast<std::uint32_t>((codes[l] >> b) & 1u) << l;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
@@ -30,13 +31,15 @@ struct bucket_stats {
 /// trivially copyable struct of `Record` type) is stored in the scales section.
 template <int Bits, std::uint32_t Bucket, class Record>
 struct bucketed_stage {
-  static_assert(Bits >= 1 && Bits <= 8, "bucketed stage: codes must be 1..8 bits");
+  static_assert(Bits >= 1 && Bits <= 16, "bucketed stage: codes must be 1..16 bits");
   static_assert(Bucket >= 32 && Bucket % 32 == 0 && Bucket <= (1u << 20),
                 "bucketed stage: Bucket must be a multiple of 32 in [32, 2^20]");
   static_assert(sizeof(Record) % 4 == 0, "bucketed stage: records are whole 32-bit words");
   using record = Record;
   static constexpr bool bucketed = true;
   static constexpr int bits = Bits;
+  /// The narrowest unsigned type that holds a code.
+  using code_type = std::conditional_t<(Bits <= 8), std::uint8_t, std::uint16_t>;
   static constexpr std::uint32_t bucket = Bucket;
 
   /// Stages whose codes do not fill all 2^Bits values set this and define max_code.

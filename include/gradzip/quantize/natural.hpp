@@ -1,0 +1,167 @@
+/**
+ * @file natural.hpp
+ * @brief `quantize::natural<Bits, Bucket>`: natural compression, stochastic rounding to a power
+ * of two, in 8- or 9-bit codes.
+ *
+ * Horváth, Ho, Horváth, Sahu, Canini, Richtárik, "Natural compression for distributed deep
+ * learning" (MSML 2022, arXiv:1905.10988). For v with 2^e <= |v| < 2^(e+1):
+ *
+ *     C(v) = sign(v) 2^(e+1)  with probability p = |v| / 2^e − 1,
+ *            sign(v) 2^e      otherwise,
+ *
+ * unbiased, E[C(v)] = v, with variance (|v| − 2^e)(2^(e+1) − |v|) <= v² / 8 (the paper's
+ * ω = 1/8). Only the sign and the exponent are sent.
+ *
+ * The paper's 9-bit code is the sign plus float's 8 exponent bits. gradzip makes the exponent
+ * relative to the bucket: each bucket stores `top`, the exponent of its largest magnitude
+ * rounded up to a power of two, and a code holds the sign in bit 0 and c in the bits above,
+ * with L = 2^(Bits−1) − 1:
+ *
+ *     c = 0       -> 0
+ *     c in 1..L   -> 2^(top − L + c)
+ *
+ * `natural<9>` (L = 255) covers every float exponent under the bucket's maximum, as the
+ * paper's code does; `natural<8>` (L = 127) covers 2^126 below it, which is more dynamic range
+ * than a gradient bucket has in practice. A value below the smallest magnitude m = 2^(top−L+1)
+ * is rounded stochastically between 0 and m (still unbiased, variance <= m² / 4). Values above
+ * 2^127 have no power of two above them in float and round down (the only bias, documented).
+ *
+ * Randomness: Philox keyed by (seed, step, tensor id, element index), compared as integers, so
+ * host and device agree bit for bit. Zero buckets decode to zeros; a bucket holding NaN or inf
+ * decodes to NaN throughout. Wire: `top` as one i32 per bucket (the scales section), codes
+ * bit-plane packed. Bytes per value: Bits / 8 + 4 / Bucket.
+ *
+ * @code
+ * using nat = gradzip::quantize::natural<8>;
+ * gradzip::codec<gradzip::sparsify::none, nat, gradzip::encode::none> c{{}, nat{seed}};
+ * @endcode
+ */
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/quantize/uniform.hpp"
+#include "gradzip/random/philox.hpp"
+
+namespace gradzip::quantize {
+
+struct natural_record {
+  std::int32_t top;  ///< exponent of code c = L; `poisoned` when the bucket held NaN or inf
+};
+
+}  // namespace gradzip::quantize
+
+namespace gradzip::detail {
+
+/// a = mantissa x 2^exponent exactly, for a finite float magnitude a > 0 (subnormals included).
+struct float_parts {
+  std::uint32_t mantissa;  // 24 significant bits for normals, fewer for subnormals
+  int exponent;
+};
+GRADZIP_HOST_DEVICE inline float_parts split_float(float a) {
+  const std::uint32_t bits = gradzip::detail::bit_cast<std::uint32_t>(a);
+  const int biased = static_cast<int>(bits >> 23);
+  if (biased == 0) return {bits, -149};
+  return {(bits & 0x7FFFFFu) | 0x800000u, biased - 150};
+}
+
+/// floor(log2 m) for 0 < m < 2^24.
+GRADZIP_HOST_DEVICE inline int floor_log2(std::uint32_t m) {
+  int e = 0;
+  while (m >>= 1) ++e;
+  return e;
+}
+
+/// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127.
+GRADZIP_HOST_DEVICE inline float exact_pow2(std::int64_t e) {
+  if (e > 127) return INFINITY;
+  if (e >= -126) return gradzip::detail::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23);
+  if (e >= -149) return gradzip::detail::bit_cast<float>(std::uint32_t{1} << (e + 149));
+  return 0.0f;
+}
+
+}  // namespace gradzip::detail
+
+namespace gradzip::quantize {
+
+template <int Bits = 8, std::uint32_t Bucket = 512>
+struct natural : bucketed_stage<Bits, Bucket, natural_record> {
+  static_assert(Bits == 8 || Bits == 9, "quantize::natural: codes are 8 or 9 bits");
+  using record = natural_record;
+  static constexpr std::uint8_t id = 7;
+  static constexpr bool summable = false;
+  /// The largest exponent code: magnitudes span 2^(top − L + 1) .. 2^top.
+  static constexpr int exponent_codes = (1 << (Bits - 1)) - 1;
+  static constexpr std::int32_t poisoned = INT32_MAX;
+  /// Params: u8 bits, 3 zero bytes, u32 bucket.
+  static constexpr std::uint64_t param_bytes = 8;
+
+  std::uint64_t seed = 0;
+
+  constexpr natural() = default;
+  explicit constexpr natural(std::uint64_t seed_value) : seed(seed_value) {}
+
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) { write_kind_and_bucket(p, Bits, Bucket); }
+  GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
+    return check_kind_and_bucket(p, at, Bits, Bucket);
+  }
+
+  /// Statistics: max |v| and 1 if any value was not finite (exact in any order).
+  GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return sum_and_flag::empty_stats(); }
+  GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
+    s.v[0] = fmaxf(s.v[0], fabsf(v));
+    sum_and_flag::flag_non_finite(s, v);
+  }
+  GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
+    return {{fmaxf(a.v[0], b.v[0]), fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+  }
+  GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
+    if (s.v[1] != 0.0f) return {poisoned};
+    if (!(s.v[0] > 0.0f)) return {0};  // zero bucket: every code is 0
+    const detail::float_parts p = detail::split_float(s.v[0]);
+    const int e = p.exponent + detail::floor_log2(p.mantissa);
+    const bool power_of_two = (p.mantissa & (p.mantissa - 1u)) == 0;
+    return {power_of_two || e == 127 ? e : e + 1};  // 2^128 is not a float: stay at 2^127
+  }
+
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
+                                      compress_context ctx) const {
+    const unsigned sign = v < 0.0f ? 1u : 0u;
+    const float a = fabsf(v);
+    if (r.top == poisoned || !(a > 0.0f)) return sign;
+    const std::uint64_t draw = philox_for(seed, ctx.step, ctx.tensor_id, index)[0] >> 8;  // u x 2^24
+    const detail::float_parts p = detail::split_float(a);
+    const int width = detail::floor_log2(p.mantissa);  // a = (2^width + frac) x 2^exponent
+    const std::int64_t lowest = static_cast<std::int64_t>(r.top) - exponent_codes + 1;  // c = 1
+    const std::int64_t e = static_cast<std::int64_t>(p.exponent) + width;             // floor log2 a
+    unsigned c;
+    if (e >= lowest) {  // between 2^e and 2^(e+1): up with probability frac / 2^width
+      const std::uint64_t frac = p.mantissa - (std::uint32_t{1} << width);
+      const bool up = (draw << width) < (frac << 24);
+      c = static_cast<unsigned>(e - lowest + 1) + (up ? 1u : 0u);
+      if (c > static_cast<unsigned>(exponent_codes)) c = exponent_codes;  // only above 2^127
+    } else {  // below 2^lowest: 2^lowest with probability a / 2^lowest, else 0
+      const std::int64_t shift = lowest - p.exponent - 24;  // a / 2^lowest = m / 2^(shift + 24)
+      bool up;
+      if (shift >= 0) {
+        up = (draw << (shift > 40 ? 40 : shift)) < p.mantissa;
+      } else {
+        up = draw < (static_cast<std::uint64_t>(p.mantissa) << -shift);
+      }
+      c = up ? 1u : 0u;
+    }
+    return (c << 1) | sign;
+  }
+
+  GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
+    if (r.top == poisoned) return NAN;
+    const unsigned c = code >> 1;
+    const float magnitude =
+        c == 0 ? 0.0f : detail::exact_pow2(static_cast<std::int64_t>(r.top) - exponent_codes + c);
+    return (code & 1u) ? -magnitude : magnitude;
+  }
+};
+
+}  // namespace gradzip::quantize

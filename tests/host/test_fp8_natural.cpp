@@ -1,0 +1,207 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+
+#if GRADZIP_HAS_HALF
+#include <cuda_fp8.h>
+#endif
+
+using namespace gradzip;
+
+namespace {
+using test::dense;
+using test::round_trip;
+
+float e4m3(float f) { return quantize::e4m3_bits_to_float(quantize::float_to_e4m3_bits(f)); }
+float e5m2(float f) { return quantize::e5m2_bits_to_float(quantize::float_to_e5m2_bits(f)); }
+constexpr float inf = std::numeric_limits<float>::infinity();
+constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
+}  // namespace
+
+static_assert(dense<quantize::cast_fp8_e4m3>::summable);
+static_assert(quantize::cast_fp8_e5m2::value_size(element_type::f32) == 1);
+
+TEST_CASE("fp8 e4m3 rounds to nearest even and saturates at 448", "[fp8]") {
+  CHECK(e4m3(448.0f) == 448.0f);
+  CHECK(e4m3(1e9f) == 448.0f);
+  CHECK(e4m3(-500.0f) == -448.0f);
+  CHECK(e4m3(1.0f + 1.0f / 16) == 1.0f);               // tie between 1 and 1.125: to even
+  CHECK(e4m3(1.0f + 3.0f / 16) == 1.25f);              // tie between 1.125 and 1.25: to even
+  CHECK(e4m3(std::ldexp(1.0f, -9)) == std::ldexp(1.0f, -9));  // smallest subnormal
+  CHECK(e4m3(std::ldexp(1.0f, -10)) == 0.0f);          // halfway to 0: even
+  CHECK(e4m3(std::ldexp(1.5f, -10)) == std::ldexp(1.0f, -9));
+  CHECK(std::isnan(e4m3(inf)));                        // no infinities in e4m3
+  CHECK(std::isnan(e4m3(qnan)));
+  CHECK(quantize::float_to_e4m3_bits(-qnan) == 0xFF);
+  CHECK(std::signbit(e4m3(-0.0f)));
+  for (int b = 0; b < 256; ++b) {  // every pattern decodes and re-encodes to itself (NaN aside)
+    const float f = quantize::e4m3_bits_to_float(static_cast<std::uint8_t>(b));
+    if (!std::isnan(f)) REQUIRE(quantize::float_to_e4m3_bits(f) == b);
+  }
+}
+
+TEST_CASE("fp8 e5m2 rounds to nearest even, saturates at 57344 and keeps inf", "[fp8]") {
+  CHECK(e5m2(57344.0f) == 57344.0f);
+  CHECK(e5m2(1e9f) == 57344.0f);
+  CHECK(e5m2(inf) == inf);
+  CHECK(e5m2(-inf) == -inf);
+  CHECK(std::isnan(e5m2(qnan)));
+  CHECK(e5m2(1.0f + 1.0f / 8) == 1.0f);                // tie to even
+  CHECK(e5m2(std::ldexp(1.0f, -16)) == std::ldexp(1.0f, -16));
+  for (int b = 0; b < 256; ++b) {
+    const float f = quantize::e5m2_bits_to_float(static_cast<std::uint8_t>(b));
+    if (!std::isnan(f)) REQUIRE(quantize::float_to_e5m2_bits(f) == b);
+  }
+}
+
+#if GRADZIP_HAS_HALF
+TEST_CASE("fp8 conversions equal CUDA's satfinite conversions on finite floats", "[fp8]") {
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 101) {
+    const float f = detail::bit_cast<float>(static_cast<std::uint32_t>(b));
+    if (!std::isfinite(f)) continue;  // inf and NaN follow gradzip's documented rule
+    mismatches += quantize::float_to_e4m3_bits(f) != __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+    mismatches += quantize::float_to_e5m2_bits(f) != __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
+  }
+  CHECK(mismatches == 0);
+}
+#endif
+
+TEST_CASE("fp8 casts round trip dense and top-k values with 1 byte per value", "[fp8]") {
+  const auto x = gradzip_tools::synthetic_gradient<float>(1000, 5);
+  const auto out = round_trip(dense<quantize::cast_fp8_e4m3>{}, x);
+  const auto out5 = round_trip(dense<quantize::cast_fp8_e5m2>{}, x);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    REQUIRE(out[i] == e4m3(x[i]));
+    REQUIRE(out5[i] == e5m2(x[i]));
+  }
+  using topk8 = codec<sparsify::topk, quantize::cast_fp8_e4m3>;
+  CHECK(topk8::layout(element_type::f32, 1000, 10).at(2).size == 10);
+  const auto sparse = round_trip(topk8{sparsify::topk::count(10)}, x);
+  int sent = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (sparse[i] != 0.0f) {
+      ++sent;
+      REQUIRE(sparse[i] == e4m3(x[i]));
+    }
+  }
+  CHECK(sent == 10);
+}
+
+TEST_CASE("fp8 payloads are rejected by a decoder of the other format", "[fp8]") {
+  host exec;
+  const std::vector<float> x(40, 0.5f);
+  const auto p = test::compress(dense<quantize::cast_fp8_e4m3>{}, exec, x);
+  std::vector<float> out(40, 7.0f);
+  CHECK_THROWS_AS(dense<quantize::cast_fp8_e5m2>{}.decompress(exec, span<const std::byte>(p),
+                                                             span<float>(out)),
+                  format_error);
+  CHECK(out[0] == 7.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// natural compression
+
+TEST_CASE("natural compression sends powers of two that bracket each value", "[natural]") {
+  const auto x = gradzip_tools::synthetic_gradient<float>(1500, 12);
+  for (int bits : {8, 9}) {
+    const auto out = bits == 8 ? round_trip(dense<quantize::natural<8>>{{}, quantize::natural<8>{4}}, x, {3, 1})
+                               : round_trip(dense<quantize::natural<9>>{{}, quantize::natural<9>{4}}, x, {3, 1});
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float a = std::abs(x[i]);
+      if (a == 0.0f) {
+        REQUIRE(out[i] == 0.0f);
+        continue;
+      }
+      const float lower = std::ldexp(1.0f, std::ilogb(a));
+      const float o = std::abs(out[i]);
+      REQUIRE((o == lower || o == 2 * lower));
+      REQUIRE(std::signbit(out[i]) == std::signbit(x[i]));
+    }
+  }
+  using nat8 = dense<quantize::natural<8>>;
+  using nat9 = dense<quantize::natural<9>>;
+  CHECK(nat8::layout(element_type::f32, 1500, 1500).at(2).size == 47 * 8 * 4);
+  CHECK(nat9::layout(element_type::f32, 1500, 1500).at(2).size == 47 * 9 * 4);
+  CHECK(nat8::layout(element_type::f32, 1500, 1500).at(1).size == 3 * 4);  // one i32 per bucket
+}
+
+TEST_CASE("natural compression keeps powers of two exact and handles edge buckets", "[natural]") {
+  using nat = quantize::natural<8>;
+  std::vector<float> x(512 + 4, 0.0f);
+  x[0] = 1.0f;
+  x[1] = -0.5f;
+  x[3] = 4.0f;
+  x[4] = -0.0f;
+  x[512] = std::numeric_limits<float>::max();  // the second bucket spans 2^1 .. 2^127
+  x[513] = std::ldexp(1.0f, -140);
+  x[514] = std::ldexp(1.0f, -149);
+  x[515] = -1.5f;
+  const auto out = round_trip(dense<nat>{{}, nat{9}}, x);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == -0.5f);
+  CHECK(out[2] == 0.0f);
+  CHECK(out[3] == 4.0f);
+  CHECK(out[4] == 0.0f);
+  CHECK(out[512] == std::ldexp(1.0f, 127));  // no power of two above 2^127 in float: rounds down
+  // Below the bucket's smallest magnitude 2^1: 0 or 2 (with the right mean, tested below).
+  CHECK((out[513] == 0.0f || out[513] == 2.0f));
+  CHECK((out[514] == 0.0f || out[514] == 2.0f));
+  CHECK((out[515] == -0.0f || out[515] == -2.0f));
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{511}, std::size_t{513}, std::size_t{37}}) {
+    std::vector<float> zeros(n, 0.0f);
+    for (float v : round_trip(dense<nat>{}, zeros)) REQUIRE(v == 0.0f);
+  }
+  std::vector<float> poisoned(600, 1.0f);
+  poisoned[3] = std::numeric_limits<float>::infinity();
+  const auto p = round_trip(dense<nat>{}, poisoned);
+  CHECK(std::isnan(p[0]));
+  CHECK(std::isnan(p[511]));
+  CHECK(p[512] == 1.0f);  // the next bucket is unaffected
+}
+
+TEST_CASE("natural compression is unbiased within its variance bound", "[natural]") {
+  // Per value Var = (|v| - 2^e)(2^(e+1) - |v|) <= v^2 / 8; the mean of 2,000 draws must be
+  // within 5 of its standard deviations (plus float rounding).
+  const std::size_t n = 512, trials = 2000;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 33);
+  using nat = quantize::natural<8>;
+  const dense<nat> c{{}, nat{21}};
+  std::vector<double> sum(n, 0.0), sq(n, 0.0);
+  for (std::uint32_t s = 0; s < trials; ++s) {
+    const auto out = round_trip(c, x, {s, 2});
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += out[i];
+      sq[i] += (double(out[i]) - x[i]) * (double(out[i]) - x[i]);
+    }
+  }
+  double total_var = 0, total_bound = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = std::abs(x[i]);
+    const double lower = std::ldexp(1.0, std::ilogb(x[i] == 0 ? 1.0f : x[i]));
+    const double var = x[i] == 0 ? 0.0 : (a - lower) * (2 * lower - a);
+    REQUIRE(var <= a * a / 8 * (1 + 1e-6));
+    REQUIRE(std::abs(sum[i] / trials - x[i]) <= 5 * std::sqrt(var / trials) + 1e-6 * a);
+    total_var += sq[i] / trials;
+    total_bound += a * a / 8;
+  }
+  CHECK(total_var <= total_bound);  // measured variance within the omega = 1/8 bound
+}
+
+TEST_CASE("natural compression is unbiased below the bucket's exponent range", "[natural]") {
+  // With max 2^100 in the bucket, natural<8> spans 2^-26 .. 2^100: 1.3 x 2^-28 becomes 2^-26
+  // with probability 0.325, else 0 (Var = v (2^-26 - v)).
+  using nat = quantize::natural<8>;
+  std::vector<float> x(64, 0.0f);
+  x[0] = std::ldexp(1.0f, 100);
+  x[1] = std::ldexp(1.3f, -28);
+  const std::size_t trials = 2000;
+  double sum = 0;
+  for (std::uint32_t s = 0; s < trials; ++s) sum += round_trip(dense<nat>{{}, nat{5}}, x, {s, 0})[1];
+  const double v = x[1], m = std::ldexp(1.0, -26);
+  CHECK(std::abs(sum / trials - v) <= 5 * std::sqrt(v * (m - v) / trials));
+}

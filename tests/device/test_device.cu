@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <random>
 #include <vector>
@@ -214,6 +215,47 @@ TEST_CASE("cuda error feedback follows the host's step for step", "[gpu]") {
   const auto state = h.save(host);
   restored.restore(dev, gz::span<const std::byte>(state));
   CHECK(restored.save(dev) == h.save(host));
+}
+
+TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {
+  REQUIRE_GPU();
+  using sign_codec = gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>;
+  const std::size_t n = 100003;
+  gz::cuda dev;
+  gz::host host;
+  gz::feedback::signum<sign_codec, float, gz::host> h(host, sign_codec{}, n, 0.9f);
+  gz::feedback::signum<sign_codec, float, gz::cuda> d(dev, sign_codec{}, n, 0.9f);
+  std::vector<std::byte> hout(h.max_compressed_bytes<float>());
+  device_vector<std::byte> dout(hout.size());
+  std::vector<std::vector<std::byte>> host_payloads;
+  for (std::uint32_t step = 0; step < 3; ++step) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 70 + step);
+    device_vector<float> dg(g);
+    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
+    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
+    dev.check();
+    REQUIRE(hb == db);
+    const auto got = dout.download();
+    CHECK(std::memcmp(got.data(), hout.data(), hb) == 0);
+    host_payloads.push_back(std::vector<std::byte>(hout.begin(), hout.begin() + hb));
+  }
+  CHECK(h.save(host) == d.save(dev));
+  // Majority vote over the three payloads, on each executor.
+  std::vector<gz::span<const std::byte>> hv;
+  std::vector<std::unique_ptr<device_vector<std::byte>>> staged;  // device_vector does not move
+  std::vector<gz::span<const std::byte>> dv;
+  for (const auto& p : host_payloads) {
+    hv.emplace_back(p);
+    staged.push_back(std::make_unique<device_vector<std::byte>>(p));
+  }
+  for (const auto& p : staged) dv.emplace_back(p->data, p->size);
+  std::vector<float> expected(n);
+  gz::quantize::majority_vote(host, sign_codec{}, gz::span<const gz::span<const std::byte>>(hv), gz::span<float>(expected));
+  device_vector<float> vote(n);
+  gz::quantize::majority_vote(dev, sign_codec{}, gz::span<const gz::span<const std::byte>>(dv), vote.view());
+  dev.check();
+  const auto got = vote.download();
+  CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("cuda compress allocates nothing after reserve", "[gpu]") {

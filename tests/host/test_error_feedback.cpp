@@ -71,7 +71,7 @@ TEST_CASE("error feedback restore rejects foreign state", "[feedback]") {
   CHECK_THROWS_AS(wrong_size.restore(exec, span<const std::byte>(state)), format_error);
   feedback::error_feedback<topk_codec, double, host> wrong_type(exec, topk_codec{}, 100);
   CHECK_THROWS_WITH(wrong_type.restore(exec, span<const std::byte>(state)),
-                    "error_feedback::restore: state holds f32 values, this residual is f64");
+                    "error_feedback::restore: state holds f32 values, this state is f64");
   auto truncated = state;
   truncated.resize(state.size() - 16);
   CHECK_THROWS_AS(a.restore(exec, span<const std::byte>(truncated)), format_error);

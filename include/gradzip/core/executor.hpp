@@ -19,6 +19,7 @@
  */
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -78,6 +79,13 @@ class host {
 
 namespace detail {
 
+GRADZIP_HOST_DEVICE inline float momentum_step(float m, float g, float beta, float rest) {
+  return fmaf(beta, m, rest * g);
+}
+GRADZIP_HOST_DEVICE inline float sign_of(float v) {
+  return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);
+}
+
 /**
  * executor_ops<Exec>: the memory operations a stateful wrapper needs from an executor, so that
  * one template (error feedback, say) serves host and CUDA. Specialized here for `host` and in
@@ -101,6 +109,19 @@ struct executor_ops<host> {
   template <class T>
   static void add(host&, span<T> y, span<const T> x) {
     for (std::size_t i = 0; i < y.size(); ++i) y[i] = from_double<T>(to_float(y[i]) + to_float(x[i]));
+  }
+
+  /// m <- beta m + (1 - beta) g, as fmaf(beta, m, (1 - beta) g) in float (CUDA does the same).
+  template <class T>
+  static void momentum(host&, span<T> m, span<const T> g, float beta) {
+    const float rest = 1.0f - beta;
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = from_double<T>(momentum_step(to_float(m[i]), to_float(g[i]), beta, rest));
+  }
+
+  /// y <- sign(y): +1, -1, or 0 for zero (and NaN stays NaN).
+  template <class T>
+  static void sign(host&, span<T> y) {
+    for (auto& v : y) v = from_double<T>(sign_of(to_float(v)));
   }
 
   template <class T>

@@ -22,12 +22,13 @@
 
 #include "gradzip/codec.hpp"
 #include "gradzip/core/executor.hpp"
+#include "gradzip/feedback/dense_state.hpp"
 
 namespace gradzip::feedback {
 
 template <class Codec, class T, class Exec>
 class error_feedback {
-  using ops = detail::executor_ops<Exec>;
+  using ops = gradzip::detail::executor_ops<Exec>;
 
  public:
   /// A zero residual for a tensor of n elements, allocated once in `exec`'s memory.
@@ -61,41 +62,12 @@ class error_feedback {
 
   /// The residual as a payload (codec id 0: dense values), for checkpoints. Synchronous.
   std::vector<std::byte> save(Exec& exec) const {
-    wire::payload_layout l;
-    l.add(wire::tag::values, size_ * sizeof(T));
-    std::vector<std::byte> bytes(l.total_bytes());
-    auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
-    wire::write_header(base, l, element_traits<T>::type, wire::codec_id{}, size_);
-    wire::zero_section_padding(base, l);
-    ops::copy_to_host(exec, residual_, reinterpret_cast<T*>(base + l.at(0).offset));
-    return bytes;
+    return detail::save_dense_state<T>(exec, residual_, size_);
   }
 
   /// Restores a residual saved by `save`; the element type and count must match. Synchronous.
   void restore(Exec& exec, span<const std::byte> bytes) {
-    const wire::header h = wire::read_header(bytes);
-    const wire::tag tags[1] = {wire::tag::values};
-    wire::throw_if_failed(wire::expect_sections(h, tags, 1), "error_feedback::restore");
-    if (h.codec.packed() != 0) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), 0),
-                            "error_feedback::restore");
-    }
-    GRADZIP_EXPECTS(h.type == element_traits<T>::type, "error_feedback::restore: state holds ",
-                    element_type_name(h.type), " values, this residual is ",
-                    element_type_name(element_traits<T>::type));
-    if (h.element_count != size_) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, size_),
-                            "error_feedback::restore");
-    }
-    if (h.sections[0].size != size_ * sizeof(T)) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size,
-                                       size_ * sizeof(T)),
-                            "error_feedback::restore");
-    }
-    std::vector<T> staged(size_);
-    const auto& values = h.sections[0];  // validated: inside `bytes`, exactly size_ elements
-    if (values.size != 0) std::memcpy(staged.data(), bytes.data() + values.offset, values.size);
-    ops::copy_from_host(exec, staged.data(), residual_);
+    detail::restore_dense_state<T>(exec, bytes, residual_, size_, "error_feedback::restore");
   }
 
  private:

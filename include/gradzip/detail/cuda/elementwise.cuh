@@ -14,6 +14,24 @@ __global__ void add_kernel(T* y, const T* x, std::uint64_t n) {
   }
 }
 
+template <class T>
+__global__ void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    m[i] = from_double<T>(momentum_step(to_float(m[i]), to_float(g[i]), beta, rest));
+  }
+}
+
+template <class T>
+__global__ void sign_kernel(T* y, std::uint64_t n) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    y[i] = from_double<T>(sign_of(to_float(y[i])));
+  }
+}
+
 template <>
 struct executor_ops<cuda> {
   template <class T>
@@ -33,6 +51,21 @@ struct executor_ops<cuda> {
   static void add(cuda& exec, span<T> y, span<const T> x) {
     if (y.empty()) return;
     add_kernel<<<grid_for(exec, y.size()), 256, 0, exec.stream()>>>(y.data(), x.data(), y.size());
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class T>
+  static void momentum(cuda& exec, span<T> m, span<const T> g, float beta) {
+    if (m.empty()) return;
+    momentum_kernel<<<grid_for(exec, m.size()), 256, 0, exec.stream()>>>(m.data(), g.data(), m.size(),
+                                                                          beta, 1.0f - beta);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class T>
+  static void sign(cuda& exec, span<T> y) {
+    if (y.empty()) return;
+    sign_kernel<<<grid_for(exec, y.size()), 256, 0, exec.stream()>>>(y.data(), y.size());
     GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 

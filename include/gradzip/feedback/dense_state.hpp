@@ -1,0 +1,59 @@
+/**
+ * @file dense_state.hpp
+ * @brief Saving and restoring a stateful wrapper's dense buffer (a residual, a momentum) as a
+ * gradzip payload with codec id 0, for checkpoints.
+ *
+ * The payload is a header and one values section holding the buffer's n elements of T as they
+ * are. `restore_dense_state` validates it fully (header, sections, codec id, element type, count,
+ * section size) before it touches the buffer. Both are synchronous.
+ */
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "gradzip/core/executor.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip::feedback::detail {
+
+template <class T, class Exec, class Buffer>
+std::vector<std::byte> save_dense_state(Exec& exec, const Buffer& state, std::size_t n) {
+  wire::payload_layout l;
+  l.add(wire::tag::values, n * sizeof(T));
+  std::vector<std::byte> bytes(l.total_bytes());
+  auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
+  wire::write_header(base, l, element_traits<T>::type, wire::codec_id{}, n);
+  wire::zero_section_padding(base, l);
+  gradzip::detail::executor_ops<Exec>::copy_to_host(exec, state, reinterpret_cast<T*>(base + l.at(0).offset));
+  return bytes;
+}
+
+/// `what` names the caller in error messages ("error_feedback::restore").
+template <class T, class Exec, class Buffer>
+void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state, std::size_t n,
+                         const char* what) {
+  const wire::header h = wire::read_header(bytes);
+  const wire::tag tags[1] = {wire::tag::values};
+  wire::throw_if_failed(wire::expect_sections(h, tags, 1), what);
+  if (h.codec.packed() != 0) {
+    wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), 0), what);
+  }
+  GRADZIP_EXPECTS(h.type == element_traits<T>::type, what, ": state holds ",
+                  element_type_name(h.type), " values, this state is ",
+                  element_type_name(element_traits<T>::type));
+  if (h.element_count != n) {
+    wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n), what);
+  }
+  if (h.sections[0].size != n * sizeof(T)) {
+    wire::throw_if_failed(
+        wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, n * sizeof(T)), what);
+  }
+  std::vector<T> staged(n);
+  const auto& values = h.sections[0];  // validated: inside `bytes`, exactly n elements
+  if (values.size != 0) std::memcpy(staged.data(), bytes.data() + values.offset, values.size);
+  gradzip::detail::executor_ops<Exec>::copy_from_host(exec, staged.data(), state);
+}
+
+}  // namespace gradzip::feedback::detail

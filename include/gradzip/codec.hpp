@@ -403,6 +403,12 @@ class codec {
       const unsigned code = quantize::unpack_code(v.values, Values::bits, j);
       if (code > Values::max_code) return wire::fail(wire::format_errc::bad_code, j, code, Values::max_code);
     }
+    return check_position(v, j);
+  }
+
+  /// The index half of `check_index`: element j's index is below n and above index j - 1.
+  GRADZIP_HOST_DEVICE static wire::status check_position(const detail::payload_view& v,
+                                                         std::uint64_t j) {
     if constexpr (!has_indices) return {};
     const std::uint64_t index = index_at(v, j);
     if (index >= v.header.element_count) {
@@ -438,40 +444,12 @@ class codec {
   Indices indices_{};
 };
 
-namespace detail {
+}  // namespace gradzip
 
-template <>
-struct values_backend<host> {
-  /// Encodes x[0 .. count) bucket by bucket: scale records, then bit-packed codes.
-  template <class Values, class T, class IndexOf>
-  static void encode_buckets(host& exec, const Values& values, const T* x, std::uint64_t count,
-                             std::uint8_t* scales, std::uint8_t* codes, IndexOf index_of,
-                             quantize::compress_context ctx) {
-    const std::uint64_t buckets = Values::bucket_count(count);
-    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, count));
-    for_each_chunk(exec, chunks, [&](std::size_t c) {
-      const index_range mine = chunk_of(buckets, chunks, c);
-      for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
-        const std::uint64_t begin = b * Values::bucket;
-        const std::uint64_t end = std::min<std::uint64_t>(count, begin + Values::bucket);
-        const auto record = Values::make_record(
-            quantize::canonical_bucket_stats<Values>(x, begin, end), end - begin);
-        Values::store_record(scales, b, record);
-        for (std::uint64_t g = begin; g < end; g += 32) {
-          typename Values::code_type group[32] = {};
-          const int n = static_cast<int>(std::min<std::uint64_t>(32, end - g));
-          for (int l = 0; l < n; ++l) {
-            group[l] = static_cast<typename Values::code_type>(
-                values.encode(static_cast<float>(to_float(x[g + l])), record, index_of(g + l), ctx));
-          }
-          std::uint32_t words[16];
-          quantize::pack_group(group, n, Values::bits, words);
-          std::memcpy(codes + (g / 32) * Values::bits * 4, words, Values::bits * 4);
-        }
-      }
-    });
-  }
-};
+#include "gradzip/detail/host/quantize.hpp"
+
+namespace gradzip {
+namespace detail {
 
 template <>
 struct payload_backend<host> {
@@ -494,17 +472,37 @@ struct payload_backend<host> {
                                        out.size()),
                             "decompress");
     }
-    // Validate every index before writing anything (a bad payload changes nothing). Chunks are
-    // checked in parallel and reported in order, so the error names the first bad position.
+    if constexpr (Codec::bucketed) {
+      decode_buckets<Codec>(exec, v, out, alpha, overwrite);
+    } else {
+      decode_values<Codec>(exec, v, out, alpha, overwrite);
+    }
+  }
+
+ private:
+  /// Runs check(c, range) for every chunk in parallel and throws the first failure in order, so
+  /// the error names the first bad position.
+  template <class Check>
+  static void validate_chunks(host& exec, std::size_t chunks, Check check) {
+    auto* found = reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status)));
+    std::fill(found, found + chunks, wire::status{});
+    for_each_chunk(exec, chunks, [&](std::size_t c) { found[c] = check(c); });
+    for (std::size_t c = 0; c < chunks; ++c) wire::throw_if_failed(found[c], "decompress");
+  }
+
+  template <class Codec, class T>
+  static void decode_values(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    // Validate every index before writing anything (a bad payload changes nothing).
     const std::size_t chunks = chunk_count(exec, v.count);
     if constexpr (Codec::checks_elements) {
-      auto* found = reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status)));
-      std::fill(found, found + chunks, wire::status{});
-      for_each_chunk(exec, chunks, [&](std::size_t c) {
+      validate_chunks(exec, chunks, [&](std::size_t c) {
         const index_range r = chunk_of(v.count, chunks, c);
-        for (std::uint64_t j = r.begin; j < r.end && found[c].ok(); ++j) found[c] = Codec::check_index(v, j);
+        for (std::uint64_t j = r.begin; j < r.end; ++j) {
+          const wire::status s = Codec::check_index(v, j);
+          if (!s.ok()) return s;
+        }
+        return wire::status{};
       });
-      for (std::size_t c = 0; c < chunks; ++c) wire::throw_if_failed(found[c], "decompress");
     }
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
     with_element_type(v.header.type, [&](auto type) {
@@ -514,6 +512,47 @@ struct payload_backend<host> {
           accumulate(out[Codec::index_at(v, j)], Codec::value_at(v, decltype(type)::value, j), alpha);
         }
       });
+    });
+  }
+
+  /// Bucketed values: chunks of whole 32-code groups, each group unpacked at once.
+  template <class Codec, class T>
+  static void decode_buckets(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    using Values = typename Codec::values_type;
+    const std::uint64_t groups = (v.count + 31) / 32;
+    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, v.count));
+    const auto elements_of = [&](const index_range& g) {
+      return index_range{g.begin * 32, std::min<std::uint64_t>(v.count, g.end * 32)};
+    };
+    if constexpr (Codec::checks_elements) {
+      validate_chunks(exec, chunks, [&](std::size_t c) {
+        const index_range g = chunk_of(groups, chunks, c);
+        if constexpr (needs_code_check<Values>::value) {
+          std::uint64_t bad = 0;
+          if (!values_backend<host>::codes_valid<Values>(v.values, g.begin, g.end, v.count, bad)) {
+            return wire::fail(wire::format_errc::bad_code, bad, quantize::unpack_code(v.values, Values::bits, bad),
+                              Values::max_code);
+          }
+        }
+        const index_range r = elements_of(g);
+        for (std::uint64_t j = r.begin; j < r.end; ++j) {
+          const wire::status s = Codec::check_position(v, j);
+          if (!s.ok()) return s;
+        }
+        return wire::status{};
+      });
+    }
+    if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range g = chunk_of(groups, chunks, c);
+      if constexpr (Codec::has_indices) {
+        values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
+                                                    stored_index<typename Codec::indices_type>{v.indices, v.index_width},
+                                                    out.data(), alpha);
+      } else {
+        values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
+                                                    identity_index{}, out.data(), alpha);
+      }
     });
   }
 };

@@ -55,6 +55,17 @@ TEST_CASE("fp16 and bf16 conversions equal CUDA's on a dense sweep of float bit 
   }
   CHECK(mismatches == 0);
 }
+
+TEST_CASE("fp16 decoding equals CUDA's on all 65536 patterns", "[cast]") {
+  int mismatches = 0;
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float ours = detail::half_bits_to_float(static_cast<std::uint16_t>(h));
+    const float theirs = __half2float(detail::bit_cast<__half>(static_cast<std::uint16_t>(h)));
+    mismatches += std::isnan(theirs) ? !std::isnan(ours)
+                                     : detail::bit_cast<std::uint32_t>(ours) != detail::bit_cast<std::uint32_t>(theirs);
+  }
+  CHECK(mismatches == 0);
+}
 #endif
 
 TEST_CASE("dense none round trips exactly with n values and no indices", "[cast]") {

@@ -69,6 +69,18 @@ TEST_CASE("fp8 conversions equal CUDA's satfinite conversions on finite floats",
   }
   CHECK(mismatches == 0);
 }
+
+TEST_CASE("fp8 decoding equals CUDA's on all 256 patterns", "[fp8]") {
+  for (int b = 0; b < 256; ++b) {
+    const auto bits = static_cast<__nv_fp8_storage_t>(b);
+    const float e4 = detail::half_bits_to_float(__nv_cvt_fp8_to_halfraw(bits, __NV_E4M3).x);
+    const float e5 = detail::half_bits_to_float(__nv_cvt_fp8_to_halfraw(bits, __NV_E5M2).x);
+    const float ours4 = quantize::e4m3_bits_to_float(static_cast<std::uint8_t>(b));
+    const float ours5 = quantize::e5m2_bits_to_float(static_cast<std::uint8_t>(b));
+    if (std::isnan(e4)) REQUIRE(std::isnan(ours4)); else REQUIRE(ours4 == e4);
+    if (std::isnan(e5)) REQUIRE(std::isnan(ours5)); else REQUIRE(ours5 == e5);
+  }
+}
 #endif
 
 TEST_CASE("fp8 casts round trip dense and top-k values with 1 byte per value", "[fp8]") {

@@ -99,6 +99,18 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                test::compress(codec<sparsify::none, quantize::onebit<>, encode::none>{}, exec,
                               golden_input<float>(700, 13)));
 
+  check_golden("dense_fp8_e4m3_f32_n77.grdz",
+               test::compress(codec<sparsify::none, quantize::cast_fp8_e4m3, encode::none>{}, exec,
+                              golden_input<float>(77, 14)));
+  {
+    using nat = quantize::natural<8, 64>;
+    const codec<sparsify::none, nat, encode::none> c{{}, nat{6}};
+    const auto x = golden_input<float>(130, 15);
+    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {4, 3}));
+    check_golden("dense_natural8_f32_n130.grdz", out);
+  }
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

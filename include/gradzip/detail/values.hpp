@@ -12,17 +12,20 @@
 namespace gradzip::detail {
 
 /// IEEE binary16 bits to float, exactly (subnormals, inf and NaN included).
+/// Branch-free (selects only), so decode loops vectorize; subnormals are normalized by one
+/// exact float subtraction.
 GRADZIP_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
-  const std::uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24, exact in float
-    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    return bit_cast<float>(bit_cast<std::uint32_t>(magnitude) | sign);
-  }
-  const std::uint32_t bits = exponent == 0x1F ? (sign | 0x7F800000u | (mantissa << 13))
-                                              : (sign | ((exponent + 112) << 23) | (mantissa << 13));
-  return bit_cast<float>(bits);
+  const std::uint32_t o = static_cast<std::uint32_t>(h & 0x7FFFu) << 13;  // exponent and mantissa
+  const std::uint32_t exponent = o & 0x0F800000u;
+  const std::uint32_t normal = o + (112u << 23);       // rebias 15 -> 127
+  const std::uint32_t special = o + (224u << 23);      // inf and NaN: exponent all ones
+  // zero or subnormal: 2^-14 (1 + m / 2^10) - 2^-14 = m x 2^-24, exact
+  const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(o + (113u << 23)) -
+                                                          bit_cast<float>(113u << 23));
+  std::uint32_t bits = exponent == 0 ? subnormal : normal;
+  bits = exponent == 0x0F800000u ? special : bits;
+  return bit_cast<float>(sign | bits);
 }
 
 GRADZIP_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t b) {

@@ -19,13 +19,37 @@
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
+#include "gradzip/random/philox.hpp"
 #include "gradzip/wire/format.hpp"
 
 namespace gradzip::quantize {
 
+/// Where in a run a compression happens: stochastic stages key their randomness by it.
+struct compress_context {
+  std::uint32_t step = 0;
+  std::uint32_t tensor_id = 0;
+};
+
 struct bucket_stats {
   float v[4];
 };
+
+/// Minimum and maximum as compare-and-select (one `minps`/`maxps` each, vectorizable), not
+/// fminf/fmaxf (library calls on the host). They differ only for NaN, and every stage flags
+/// non-finite values separately and poisons the bucket, so the record never depends on it.
+GRADZIP_HOST_DEVICE inline float stat_min(float a, float b) { return b < a ? b : a; }
+GRADZIP_HOST_DEVICE inline float stat_max(float a, float b) { return a < b ? b : a; }
+
+/// `pick ? a : b` through bit masks: decoders use it so that the host's decode loop compiles
+/// to vector instructions (compilers keep a float `?:` as a branch).
+GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
+  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(pick);
+  return gradzip::detail::bit_cast<float>((gradzip::detail::bit_cast<std::uint32_t>(a) & mask) |
+                                          (gradzip::detail::bit_cast<std::uint32_t>(b) & ~mask));
+}
+
+/// flag <- 1 when v is inf or NaN (a select, no branch).
+GRADZIP_HOST_DEVICE inline float non_finite_flag(float flag, float v) { return is_finite(v) ? flag : 1.0f; }
 
 /// What every bucketed values stage shares: its sizes and how its per-bucket record (a
 /// trivially copyable struct of `Record` type) is stored in the scales section.
@@ -42,6 +66,8 @@ struct bucketed_stage {
   using code_type = std::conditional_t<(Bits <= 8), std::uint8_t, std::uint16_t>;
   static constexpr std::uint32_t bucket = Bucket;
 
+  /// Stochastic stages set this and have a `seed`: each element then gets its Philox word.
+  static constexpr bool stochastic = false;
   /// Stages whose codes do not fill all 2^Bits values set this and define max_code.
   static constexpr bool codes_need_check = false;
   static constexpr unsigned max_code = (1u << Bits) - 1;
@@ -73,6 +99,18 @@ struct bucketed_stage {
   }
 };
 
+/// The random word a values stage gets for the element at tensor index `index` (0 for
+/// deterministic stages).
+template <class Values>
+GRADZIP_HOST_DEVICE std::uint32_t element_random(const Values& values, std::uint64_t index,
+                                                 compress_context ctx) {
+  if constexpr (Values::stochastic) {
+    return random_word(values.seed, ctx.step, ctx.tensor_id, index);
+  } else {
+    return 0;
+  }
+}
+
 /// Parameters of a stage described by one byte and its bucket: u8 kind, 3 zero bytes, u32
 /// bucket (qsgd: the levels; sign: whether it is scaled).
 GRADZIP_HOST_DEVICE inline void write_kind_and_bucket(std::uint8_t* p, std::uint8_t kind,
@@ -97,10 +135,10 @@ GRADZIP_HOST_DEVICE inline wire::status check_kind_and_bucket(const std::uint8_t
 struct sum_and_flag {
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{a.v[0] + b.v[0], fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+    return {{a.v[0] + b.v[0], stat_max(a.v[1], b.v[1]), 0.0f, 0.0f}};
   }
   GRADZIP_HOST_DEVICE static void flag_non_finite(bucket_stats& s, float v) {
-    if (!is_finite(v)) s.v[1] = 1.0f;
+    s.v[1] = non_finite_flag(s.v[1], v);
   }
 };
 

@@ -27,28 +27,22 @@
 
 namespace gradzip::quantize {
 
-/// float -> IEEE binary16 bits, round to nearest even.
+/// float -> IEEE binary16 bits, round to nearest even. Branch-free (selects only), so loops
+/// over it vectorize: normals round by integer arithmetic on the bits; half subnormals come
+/// from one float addition of 0.5, whose ulp (2^-24) is the half subnormal step, so the FPU's
+/// own round-to-nearest-even does the rounding (the construction of F. Giesen's
+/// float_to_half_fast3).
 GRADZIP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   const std::uint32_t x = detail::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t a = x & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);  // NaN
-  if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-  if (a >= 0x38800000u) {  // normal in half: rebias the exponent (127 -> 15), round 13 bits
-    std::uint32_t h = (a - 0x38000000u) >> 13;
-    const std::uint32_t rest = a & 0x1FFFu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  if (a <= 0x33000000u) return static_cast<std::uint16_t>(sign);  // <= 2^-25: rounds to zero
-  // Subnormal half: value / 2^-24 = mantissa * 2^(e - 126), shifted right by 126 - e in [14, 24].
-  const std::uint32_t e = a >> 23;
-  const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-  const std::uint32_t shift = 126u - e;
-  std::uint32_t h = m >> shift;
-  const std::uint32_t rest = m & ((1u << shift) - 1u);
-  const std::uint32_t halfway = 1u << (shift - 1u);
-  if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
+  // Normal half: rebias the exponent (127 -> 15), add just under half an ulp plus the odd bit.
+  const std::uint32_t normal = (a - 0x38000000u + 0x0FFFu + ((a >> 13) & 1u)) >> 13;
+  const std::uint32_t subnormal =
+      detail::bit_cast<std::uint32_t>(detail::bit_cast<float>(a) + 0.5f) - 0x3F000000u;
+  std::uint32_t h = a < 0x38800000u ? subnormal : normal;
+  h = a >= 0x477FF000u ? 0x7C00u : h;  // >= 65520 (and inf): inf
+  h = a > 0x7F800000u ? 0x7E00u : h;   // NaN: quiet NaN
   return static_cast<std::uint16_t>(sign | h);
 }
 
@@ -69,30 +63,20 @@ template <int ExponentBits, std::uint32_t MaxFinite, std::uint32_t InfBits>
 GRADZIP_HOST_DEVICE inline std::uint8_t float_to_fp8_bits(float f) {
   constexpr int mantissa_bits = 7 - ExponentBits;
   constexpr std::uint32_t bias = (1u << (ExponentBits - 1)) - 1;
-  constexpr std::uint32_t drop = 23 - mantissa_bits;   // float mantissa bits rounded away
+  constexpr std::uint32_t drop = 23 - mantissa_bits;            // float mantissa bits rounded away
   constexpr std::uint32_t min_normal = (127 - bias + 1) << 23;  // float bits of 2^(1 - bias)
-  const std::uint32_t x = gradzip::detail::bit_cast<std::uint32_t>(f);
+  // A float whose ulp is the target's subnormal step 2^(1 - bias - M): adding it rounds there.
+  constexpr std::uint32_t magic = (127 + 1 - bias - mantissa_bits + 23) << 23;
+  const std::uint32_t x = bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 24) & 0x80u;
   const std::uint32_t a = x & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<std::uint8_t>(sign | 0x7Fu);       // NaN
-  if (a == 0x7F800000u) return static_cast<std::uint8_t>(sign | InfBits);    // inf
-  std::uint32_t h;
-  if (a >= min_normal) {  // normal: rebias the exponent, round the mantissa
-    h = (a - ((127 - bias) << 23)) >> drop;
-    const std::uint32_t rest = a & ((1u << drop) - 1u);
-    const std::uint32_t halfway = 1u << (drop - 1);
-    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
-  } else {  // subnormal target: value / 2^(1 - bias - M), shifted by (127 - bias - e) + drop
-    const std::uint32_t e = a >> 23;
-    const std::uint32_t shift = (127 - bias) - e + drop + 1 - (e == 0 ? 1 : 0);
-    if (shift > 31) return static_cast<std::uint8_t>(sign);  // far below half the smallest step
-    const std::uint32_t m = e == 0 ? (a & 0x7FFFFFu) : ((a & 0x7FFFFFu) | 0x800000u);
-    h = m >> shift;
-    const std::uint32_t rest = m & ((1u << shift) - 1u);
-    const std::uint32_t halfway = 1u << (shift - 1u);
-    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
-  }
-  if (h > MaxFinite) h = MaxFinite;  // saturate finite values
+  const std::uint32_t normal =
+      (a - ((127 - bias) << 23) + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
+  const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(a) + bit_cast<float>(magic)) - magic;
+  std::uint32_t h = a < min_normal ? subnormal : normal;
+  h = h > MaxFinite ? MaxFinite : h;  // saturate finite values
+  h = a == 0x7F800000u ? InfBits : h;
+  h = a > 0x7F800000u ? 0x7Fu : h;  // NaN
   return static_cast<std::uint8_t>(sign | h);
 }
 
@@ -101,21 +85,21 @@ template <int ExponentBits, bool HasInf>
 GRADZIP_HOST_DEVICE inline float fp8_bits_to_float(std::uint8_t b) {
   constexpr int mantissa_bits = 7 - ExponentBits;
   constexpr std::uint32_t bias = (1u << (ExponentBits - 1)) - 1;
-  constexpr std::uint32_t exponent_mask = (1u << ExponentBits) - 1;
+  constexpr std::uint32_t magic = (127 - bias + 1) << 23;  // 2^(1 - bias), the smallest normal
   const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
-  const std::uint32_t exponent = (b >> mantissa_bits) & exponent_mask;
-  const std::uint32_t mantissa = b & ((1u << mantissa_bits) - 1u);
-  std::uint32_t bits;
-  if (exponent == exponent_mask && (HasInf || mantissa == (1u << mantissa_bits) - 1u)) {
-    bits = sign | 0x7F800000u | (HasInf && mantissa == 0 ? 0u : 0x400000u);  // inf or NaN
-  } else if (exponent == 0) {  // zero or subnormal: mantissa x 2^(1 - bias - M), exact in float
-    const float magnitude = static_cast<float>(mantissa) *
-                            gradzip::detail::bit_cast<float>((127 + 1 - bias - mantissa_bits) << 23);
-    bits = gradzip::detail::bit_cast<std::uint32_t>(magnitude) | sign;
-  } else {
-    bits = sign | ((exponent + 127 - bias) << 23) | (mantissa << (23 - mantissa_bits));
+  const std::uint32_t o = static_cast<std::uint32_t>(b & 0x7Fu) << (23 - mantissa_bits);
+  const std::uint32_t normal = o + ((127 - bias) << 23);
+  // Subnormal: 2^(1-bias) (1 + m / 2^M) - 2^(1-bias) = m 2^(1-bias-M), exact.
+  const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(o + magic) - bit_cast<float>(magic));
+  constexpr std::uint32_t all_ones = 0x7Fu << (23 - mantissa_bits);  // exponent and mantissa set
+  constexpr std::uint32_t exponent_ones = ((1u << ExponentBits) - 1u) << 23;
+  std::uint32_t bits = o < (1u << 23) ? subnormal : normal;
+  if constexpr (HasInf) {  // e5m2: exponent all ones is inf (mantissa 0) or NaN
+    bits = o >= exponent_ones ? (o == exponent_ones ? 0x7F800000u : 0x7FC00000u) : bits;
+  } else {  // e4m3: only S.1111.111 is NaN
+    bits = o == all_ones ? 0x7FC00000u : bits;
   }
-  return gradzip::detail::bit_cast<float>(bits);
+  return bit_cast<float>(sign | bits);
 }
 }  // namespace gradzip::detail
 

@@ -67,11 +67,17 @@ GRADZIP_HOST_DEVICE inline float_parts split_float(float a) {
   return {(bits & 0x7FFFFFu) | 0x800000u, biased - 150};
 }
 
-/// floor(log2 m) for 0 < m < 2^24.
+/// floor(log2 m) for m > 0 (one count-leading-zeros instruction).
 GRADZIP_HOST_DEVICE inline int floor_log2(std::uint32_t m) {
+#if defined(__CUDA_ARCH__)
+  return 31 - __clz(static_cast<int>(m));
+#elif defined(__GNUC__) || defined(__clang__)
+  return 31 - __builtin_clz(m);
+#else
   int e = 0;
   while (m >>= 1) ++e;
   return e;
+#endif
 }
 
 /// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127.
@@ -91,6 +97,7 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   static_assert(Bits == 8 || Bits == 9, "quantize::natural: codes are 8 or 9 bits");
   using record = natural_record;
   static constexpr std::uint8_t id = 7;
+  static constexpr bool stochastic = true;
   static constexpr bool summable = false;
   /// The largest exponent code: magnitudes span 2^(top − L + 1) .. 2^top.
   static constexpr int exponent_codes = (1 << (Bits - 1)) - 1;
@@ -111,11 +118,11 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   /// Statistics: max |v| and 1 if any value was not finite (exact in any order).
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return sum_and_flag::empty_stats(); }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
-    s.v[0] = fmaxf(s.v[0], fabsf(v));
+    s.v[0] = stat_max(s.v[0], fabsf(v));
     sum_and_flag::flag_non_finite(s, v);
   }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{fmaxf(a.v[0], b.v[0]), fmaxf(a.v[1], b.v[1]), 0.0f, 0.0f}};
+    return {{stat_max(a.v[0], b.v[0]), stat_max(a.v[1], b.v[1]), 0.0f, 0.0f}};
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
     if (s.v[1] != 0.0f) return {poisoned};
@@ -126,12 +133,11 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
     return {power_of_two || e == 127 ? e : e + 1};  // 2^128 is not a float: stay at 2^127
   }
 
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
-                                      compress_context ctx) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     const unsigned sign = v < 0.0f ? 1u : 0u;
     const float a = fabsf(v);
     if (r.top == poisoned || !(a > 0.0f)) return sign;
-    const std::uint64_t draw = philox_for(seed, ctx.step, ctx.tensor_id, index)[0] >> 8;  // u x 2^24
+    const std::uint64_t draw = random >> 8;  // u x 2^24
     const detail::float_parts p = detail::split_float(a);
     const int width = detail::floor_log2(p.mantissa);  // a = (2^width + frac) x 2^exponent
     const std::int64_t lowest = static_cast<std::int64_t>(r.top) - exponent_codes + 1;  // c = 1

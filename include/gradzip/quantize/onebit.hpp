@@ -48,16 +48,16 @@ struct onebit : bucketed_stage<1, Bucket, onebit_record> {
   /// any value was not finite. Counts are exact in float (buckets hold at most 2^20 values).
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
-    if (v < 0.0f) {
-      s.v[2] += v;
-    } else {
-      s.v[0] += v;
-      s.v[1] += 1.0f;
-    }
-    if (!is_finite(v)) s.v[3] = 1.0f;
+    // Arithmetic instead of branches, so the host loop vectorizes. Adding v x 0 (= ±0 for a
+    // finite v) leaves a sum unchanged; a non-finite v poisons the bucket anyway.
+    const float negative = v < 0.0f ? 1.0f : 0.0f;
+    s.v[2] += v * negative;
+    s.v[0] += v * (1.0f - negative);
+    s.v[1] += 1.0f - negative;
+    s.v[3] = non_finite_flag(s.v[3], v);
   }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{a.v[0] + b.v[0], a.v[1] + b.v[1], a.v[2] + b.v[2], fmaxf(a.v[3], b.v[3])}};
+    return {{a.v[0] + b.v[0], a.v[1] + b.v[1], a.v[2] + b.v[2], stat_max(a.v[3], b.v[3])}};
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[3] != 0.0f) return {NAN, NAN};
@@ -65,11 +65,11 @@ struct onebit : bucketed_stage<1, Bucket, onebit_record> {
     return {s.v[1] > 0.0f ? s.v[0] / s.v[1] : 0.0f, negatives > 0.0f ? s.v[2] / negatives : 0.0f};
   }
 
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint64_t, compress_context) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint32_t) const {
     return v < 0.0f ? 1u : 0u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
-    return code ? r.negative_mean : r.non_negative_mean;
+    return select_float(code != 0, r.negative_mean, r.non_negative_mean);
   }
 };
 

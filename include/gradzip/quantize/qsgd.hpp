@@ -50,6 +50,7 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
   static_assert(Levels >= 1 && Levels <= 127, "quantize::qsgd: Levels must be in 1..127 (codes of at most 8 bits)");
   using record = qsgd_record;
   static constexpr std::uint8_t id = 3;
+  static constexpr bool stochastic = true;
   static constexpr bool summable = false;
   /// Levels above s are not codes a compressor writes: decoders reject them (unless s = 2^m - 1,
   /// where every code is valid).
@@ -83,11 +84,10 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
     return {sqrtf(s.v[0])};
   }
 
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
-                                      compress_context ctx) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     if (!(r.norm > 0.0f)) return 0;  // zero bucket, or poisoned (NaN)
-    const float u = uniform_float(philox_for(seed, ctx.step, ctx.tensor_id, index)[0]);
-    const float level = floorf(fmaf(fabsf(v) / r.norm, static_cast<float>(Levels), u));
+    const float u = uniform_float(random);
+    const float level = fmaf(fabsf(v) / r.norm, static_cast<float>(Levels), u);  // >= 0: truncation floors
     const unsigned l = level >= static_cast<float>(Levels) ? Levels : static_cast<unsigned>(level);
     return (l << 1) | (v < 0.0f ? 1u : 0u);
   }

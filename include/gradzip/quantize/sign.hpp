@@ -57,7 +57,7 @@ struct sign : bucketed_stage<1, Bucket, sign_record> {
     return {Scaled ? s.v[0] / static_cast<float>(count) : 1.0f};
   }
 
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint64_t, compress_context) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint32_t) const {
     return v < 0.0f ? 1u : 0u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

@@ -40,6 +40,7 @@ template <bool Clip = false, std::uint32_t Bucket = 512>
 struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
   using record = terngrad_record;
   static constexpr std::uint8_t id = 5;
+  static constexpr bool stochastic = true;
   static constexpr bool summable = false;
   static constexpr bool codes_need_check = true;
   static constexpr unsigned max_code = 2;
@@ -62,13 +63,13 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
   /// Statistics: max |v|, sum of v, sum of v² (fma), and 1 if any value was not finite.
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
-    s.v[0] = fmaxf(s.v[0], fabsf(v));
+    s.v[0] = stat_max(s.v[0], fabsf(v));
     s.v[1] += v;
     s.v[2] = fmaf(v, v, s.v[2]);
-    if (!is_finite(v)) s.v[3] = 1.0f;
+    s.v[3] = non_finite_flag(s.v[3], v);
   }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{fmaxf(a.v[0], b.v[0]), a.v[1] + b.v[1], a.v[2] + b.v[2], fmaxf(a.v[3], b.v[3])}};
+    return {{stat_max(a.v[0], b.v[0]), a.v[1] + b.v[1], a.v[2] + b.v[2], stat_max(a.v[3], b.v[3])}};
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[3] != 0.0f) return {NAN};
@@ -76,22 +77,24 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
     if constexpr (Clip) {
       const float n = static_cast<float>(count);
       const float mean = s.v[1] / n;
-      const float variance = fmaxf(0.0f, s.v[2] / n - mean * mean);
+      const float variance = fmaxf(0.0f, fmaf(-mean, mean, s.v[2] / n));  // explicit fma: no contraction choice left to the compiler
       scaler = fminf(scaler, clip_sigmas * sqrtf(variance));
     }
     return {scaler};
   }
 
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
-                                      compress_context ctx) const {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     if (!(r.scaler > 0.0f)) return 0;
-    const float magnitude = fminf(fabsf(v), r.scaler);  // clipping (a no-op without Clip)
-    const float u = uniform_float(philox_for(seed, ctx.step, ctx.tensor_id, index)[0]);
+    const float a = fabsf(v);
+    const float magnitude = a < r.scaler ? a : r.scaler;  // clipping (a no-op without Clip)
+    const float u = uniform_float(random);
     if (magnitude / r.scaler + u < 1.0f) return 0;
     return v < 0.0f ? 2u : 1u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
-    return code == 0 ? 0.0f * r.scaler : (code == 1 ? r.scaler : -r.scaler);
+    // 0 -> 0 x scaler (NaN for a poisoned bucket), 1 -> scaler, 2 -> -scaler (sign bit flipped)
+    const float magnitude = select_float(code != 0, r.scaler, 0.0f * r.scaler);
+    return gradzip::detail::bit_cast<float>(gradzip::detail::bit_cast<std::uint32_t>(magnitude) ^ ((code & 2u) << 30));
   }
 };
 

@@ -43,12 +43,6 @@ namespace gradzip::quantize {
 
 enum class rounding : std::uint8_t { nearest = 0, stochastic = 1 };
 
-/// Where in a run a compression happens: stochastic stages key their randomness by it.
-struct compress_context {
-  std::uint32_t step = 0;
-  std::uint32_t tensor_id = 0;
-};
-
 /// A uniform bucket's scale record: its minimum and its step.
 struct uniform_record {
   float lo;
@@ -61,6 +55,7 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   static constexpr std::uint8_t id = 2;
   static constexpr bool summable = false;  // each worker has its own scales
   static constexpr unsigned levels = (1u << Bits) - 1;
+  static constexpr bool stochastic = Rounding == rounding::stochastic;
   /// Params: bits u8, rounding u8, 2 zero bytes, bucket u32.
   static constexpr std::uint64_t param_bytes = 8;
 
@@ -89,12 +84,12 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   /// Statistics: minimum, maximum, and 1 if any value was not finite.
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{INFINITY, -INFINITY, 0.0f, 0.0f}}; }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
-    s.v[0] = fminf(s.v[0], v);
-    s.v[1] = fmaxf(s.v[1], v);
-    if (!is_finite(v)) s.v[2] = 1.0f;
+    s.v[0] = stat_min(s.v[0], v);
+    s.v[1] = stat_max(s.v[1], v);
+    s.v[2] = non_finite_flag(s.v[2], v);
   }
   GRADZIP_HOST_DEVICE static bucket_stats merge(bucket_stats a, bucket_stats b) {
-    return {{fminf(a.v[0], b.v[0]), fmaxf(a.v[1], b.v[1]), fmaxf(a.v[2], b.v[2]), 0.0f}};
+    return {{stat_min(a.v[0], b.v[0]), stat_max(a.v[1], b.v[1]), stat_max(a.v[2], b.v[2]), 0.0f}};
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
     return make_record(s.v[0], s.v[1], s.v[2] == 0.0f);
@@ -109,15 +104,13 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   }
 
   /// The code of value v (element `index` of the tensor) in a bucket with record r.
-  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint64_t index,
-                                      compress_context ctx) const {
+  /// The code of value v in a bucket with record r; `random` is the element's Philox word
+  /// (`random_word`), used by stochastic rounding only.
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
-    const float t = (v - r.lo) / r.step;
-    float offset = 0.5f;
-    if constexpr (Rounding == rounding::stochastic) {
-      offset = uniform_float(philox_for(seed, ctx.step, ctx.tensor_id, index)[0]);
-    }
-    const float rounded = floorf(t + offset);
+    const float t = (v - r.lo) / r.step;  // >= 0: v >= lo
+    const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
+    const float rounded = t + offset;  // truncation below is floor: rounded >= 0
     return rounded >= static_cast<float>(levels) ? levels : static_cast<unsigned>(rounded);
   }
 

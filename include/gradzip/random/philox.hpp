@@ -78,6 +78,16 @@ GRADZIP_HOST_DEVICE constexpr philox_words philox_for(std::uint64_t seed, std::u
                        {{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}});
 }
 
+/**
+ * The random word of element `index`: word index mod 4 of the Philox block whose counter holds
+ * index / 4, so one Philox evaluation serves four consecutive elements. Every stochastic stage
+ * draws through this (host and device alike).
+ */
+GRADZIP_HOST_DEVICE constexpr std::uint32_t random_word(std::uint64_t seed, std::uint32_t step,
+                                                        std::uint32_t tensor_id, std::uint64_t index) {
+  return philox_for(seed, step, tensor_id, index >> 2)[static_cast<int>(index & 3)];
+}
+
 /// A uniform float in [0, 1) from the top 24 bits of a word (exact, no rounding up to 1).
 GRADZIP_HOST_DEVICE constexpr float uniform_float(std::uint32_t word) {
   return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);

@@ -33,7 +33,8 @@ __global__ void encode_buckets_kernel(Values values, const T* x, std::uint64_t c
     for (std::uint64_t g = begin; g < end; g += 32) {  // warp-uniform: every lane iterates alike
       const std::uint64_t j = g + lane;
       const unsigned code =
-          j < end ? values.encode(static_cast<float>(to_float(x[j])), record, index_of(j), ctx) : 0u;
+          j < end ? values.encode(static_cast<float>(to_float(x[j])), record,
+                                  quantize::element_random(values, index_of(j), ctx)) : 0u;
       std::uint32_t* words = codes + (g / 32) * Values::bits;
       for (int bit = 0; bit < Values::bits; ++bit) {
         const std::uint32_t plane = __ballot_sync(0xFFFFFFFFu, (code >> bit) & 1u);

@@ -1,0 +1,221 @@
+// The host's bucketed values stages: encoding buckets and decoding them into a tensor.
+//
+// Written for the compiler's vectorizer and the cache: a bucket's statistics are gathered in
+// the canonical 32-lane order (quantize/bucket_stats.hpp) in one read, then its codes are made
+// 256 at a time from the same (now cached) values, with the Philox words of four consecutive
+// elements drawn by one evaluation, and packed into bit planes with SSE2 `movemask` where the
+// target has it. Decoding expands each bit-plane group of 32 codes through a table and
+// accumulates the decoded values contiguously. No allocation: buffers live on the stack.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/detail/values.hpp"
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/random/philox.hpp"
+
+namespace gradzip::detail {
+
+/// Packs 32 codes into `bits` bit-plane words (quantize/bit_packing.hpp's layout).
+template <class Code>
+inline void pack_32(const Code* codes, int bits, std::uint32_t* words) {
+#if defined(__SSE2__)
+  if constexpr (sizeof(Code) == 1) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16));
+    for (int b = 0; b < bits; ++b) {  // bit b of every byte moved to its top bit, then gathered
+      const __m128i shift = _mm_cvtsi32_si128(7 - b);
+      const auto low = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_sll_epi16(lo, shift)));
+      const auto high = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_sll_epi16(hi, shift)));
+      words[b] = low | (high << 16);
+    }
+    return;
+  }
+#endif
+  quantize::pack_group(codes, 32, bits, words);
+}
+
+/// Byte i of spread_byte(v) is bit i of v: eight codes' bits of one plane, one per byte.
+constexpr std::uint64_t spread_byte(unsigned v) {
+  std::uint64_t out = 0;
+  for (int i = 0; i < 8; ++i) out |= static_cast<std::uint64_t>((v >> i) & 1u) << (8 * i);
+  return out;
+}
+
+struct spread_table {
+  std::uint64_t entry[256];
+  constexpr spread_table() : entry() {
+    for (unsigned v = 0; v < 256; ++v) entry[v] = spread_byte(v);
+  }
+};
+inline constexpr spread_table spread_bytes{};
+
+/// Unpacks one group's `bits` words into 32 codes. Codes are gathered as bytes (eight per
+/// 64-bit word, one table lookup per byte of a plane), so codes of up to 8 bits need no
+/// per-code work at all.
+template <class Code>
+inline void unpack_32(const std::uint8_t* words, int bits, Code* codes) {
+  std::uint64_t low[4] = {0, 0, 0, 0};   // planes 0..7: code l in byte l % 8 of low[l / 8]
+  std::uint64_t high[4] = {0, 0, 0, 0};  // planes 8..15, likewise
+  for (int b = 0; b < bits; ++b) {
+    std::uint32_t w;
+    std::memcpy(&w, words + 4 * b, 4);
+    std::uint64_t* into = b < 8 ? low : high;
+    for (int q = 0; q < 4; ++q) into[q] |= spread_bytes.entry[(w >> (8 * q)) & 0xFFu] << (b % 8);
+  }
+  if constexpr (sizeof(Code) == 1) {
+    std::memcpy(codes, low, 32);  // little-endian: byte l is code l
+  } else {
+    std::uint8_t lo[32], hi[32];
+    std::memcpy(lo, low, 32);
+    std::memcpy(hi, high, 32);
+    for (int l = 0; l < 32; ++l) codes[l] = static_cast<Code>(lo[l] | (hi[l] << 8));
+  }
+}
+
+/// The canonical statistics of x[begin, end) (as quantize::canonical_bucket_stats), read once.
+/// The 32 lanes' statistics are kept as four arrays of 32 floats, so that the loop over lanes
+/// is a loop over contiguous floats the compiler turns into vector instructions.
+template <class Values, class T>
+quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::uint64_t end) {
+  alignas(64) float acc[4][32];
+  const quantize::bucket_stats empty = Values::empty_stats();
+  for (int k = 0; k < 4; ++k) std::fill(acc[k], acc[k] + 32, empty.v[k]);
+  const auto add_row = [&](const T* row, int lanes) {
+    for (int l = 0; l < lanes; ++l) {
+      quantize::bucket_stats s{{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}};
+      Values::add(s, static_cast<float>(to_float(row[l])));
+      for (int k = 0; k < 4; ++k) acc[k][l] = s.v[k];
+    }
+  };
+  std::uint64_t j = begin;
+  for (; j + 32 <= end; j += 32) add_row(x + j, 32);
+  if (j < end) add_row(x + j, static_cast<int>(end - j));
+  // Lane 0's side of the xor butterfly: merges are commutative bit for bit, so lane l and lane
+  // l ^ offset hold the same value and lane 0 only needs lanes below the offset (31 merges).
+  quantize::bucket_stats lane[32];
+  for (int l = 0; l < 32; ++l) lane[l] = {{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}};
+  for (int offset = 16; offset > 0; offset /= 2) {
+    for (int l = 0; l < offset; ++l) lane[l] = Values::merge(lane[l], lane[l + offset]);
+  }
+  return lane[0];
+}
+
+/// Random words for `count` (a multiple of 4) consecutive elements from tensor index `first`
+/// (a multiple of 4): one Philox evaluation per four.
+template <class Values>
+void consecutive_random_words(const Values& values, std::uint64_t first, std::uint64_t count,
+                              quantize::compress_context ctx, std::uint32_t* out) {
+  for (std::uint64_t q = 0; q < count; q += 4) {
+    const philox_words w = philox_for(values.seed, ctx.step, ctx.tensor_id, (first + q) >> 2);
+    for (int i = 0; i < 4; ++i) out[q + i] = w[i];
+  }
+}
+
+template <>
+struct values_backend<host> {
+  static constexpr std::uint64_t block = 256;  // values encoded per step, a multiple of 32
+
+  /// Encodes x[0 .. count) bucket by bucket: scale records, then bit-packed codes.
+  template <class Values, class T, class IndexOf>
+  static void encode_buckets(host& exec, const Values& values, const T* x, std::uint64_t count,
+                             std::uint8_t* scales, std::uint8_t* codes, IndexOf index_of,
+                             quantize::compress_context ctx) {
+    const std::uint64_t buckets = Values::bucket_count(count);
+    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, count));
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range mine = chunk_of(buckets, chunks, c);
+      for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
+        const std::uint64_t begin = b * Values::bucket;
+        const std::uint64_t end = std::min<std::uint64_t>(count, begin + Values::bucket);
+        const auto record = Values::make_record(bucket_statistics<Values>(x, begin, end), end - begin);
+        Values::store_record(scales, b, record);
+        for (std::uint64_t g = begin; g < end; g += block) {
+          encode_block(values, x, g, std::min<std::uint64_t>(end - g, block), record, codes, index_of, ctx);
+        }
+      }
+    });
+  }
+
+  /// Codes for x[g, g + m) (g a multiple of 32, m <= block), written as packed groups.
+  template <class Values, class T, class IndexOf>
+  static void encode_block(const Values& values, const T* x, std::uint64_t g, std::uint64_t m,
+                           const typename Values::record& record, std::uint8_t* codes,
+                           IndexOf index_of, quantize::compress_context ctx) {
+    std::uint32_t random[block];
+    if constexpr (Values::stochastic) {
+      if constexpr (std::is_same_v<IndexOf, identity_index>) {
+        consecutive_random_words(values, g, (m + 3) / 4 * 4, ctx, random);
+      } else {
+        for (std::uint64_t j = 0; j < m; ++j) random[j] = quantize::element_random(values, index_of(g + j), ctx);
+      }
+    } else {
+      std::fill(random, random + m, 0u);
+    }
+    alignas(16) typename Values::code_type code[block];
+    for (std::uint64_t j = 0; j < m; ++j) {
+      code[j] = static_cast<typename Values::code_type>(
+          values.encode(static_cast<float>(to_float(x[g + j])), record, random[j]));
+    }
+    const std::uint64_t padded = (m + 31) / 32 * 32;
+    std::fill(code + m, code + padded, typename Values::code_type{0});
+    for (std::uint64_t q = 0; q < padded; q += 32) {
+      std::uint32_t words[16];
+      pack_32(code + q, Values::bits, words);
+      std::memcpy(codes + ((g + q) / 32) * Values::bits * 4, words, Values::bits * 4);
+    }
+  }
+
+  /// Whether every code of the payload's `count` values is one the stage writes (by group).
+  template <class Values>
+  static bool codes_valid(const std::uint8_t* codes, std::uint64_t first_group, std::uint64_t last_group,
+                          std::uint64_t count, std::uint64_t& bad) {
+    for (std::uint64_t q = first_group; q < last_group; ++q) {
+      typename Values::code_type code[32];
+      unpack_32(codes + q * Values::bits * 4, Values::bits, code);
+      const int n = static_cast<int>(std::min<std::uint64_t>(32, count - q * 32));
+      unsigned largest = 0;  // a reduction first (vectorized); the position only on failure
+      for (int l = 0; l < n; ++l) largest = largest < code[l] ? code[l] : largest;
+      if (largest <= Values::max_code) continue;
+      for (int l = 0; l < n; ++l) {
+        if (code[l] > Values::max_code) {
+          bad = q * 32 + l;
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /// out[index_of(j)] += alpha x value j for the values of groups [first_group, last_group).
+  template <class Values, class T, class IndexOf>
+  static void decode_groups(const std::uint8_t* scales, const std::uint8_t* codes, std::uint64_t count,
+                            std::uint64_t first_group, std::uint64_t last_group, IndexOf index_of,
+                            T* out, float alpha) {
+    for (std::uint64_t q = first_group; q < last_group; ++q) {
+      const auto record = Values::load_record(scales, q * 32 / Values::bucket);
+      typename Values::code_type code[32];
+      unpack_32(codes + q * Values::bits * 4, Values::bits, code);
+      float value[32];
+      for (int l = 0; l < 32; ++l) value[l] = Values::decode(code[l], record);
+      const std::uint64_t j0 = q * 32;
+      const int n = static_cast<int>(std::min<std::uint64_t>(32, count - j0));
+      if constexpr (std::is_same_v<IndexOf, identity_index>) {
+        T* y = out + j0;
+        for (int l = 0; l < n; ++l) accumulate(y[l], value[l], alpha);
+      } else {
+        for (int l = 0; l < n; ++l) accumulate(out[index_of(j0 + l)], value[l], alpha);
+      }
+    }
+  }
+};
+
+}  // namespace gradzip::detail

@@ -135,7 +135,11 @@ struct structure_backend<host, sparsify::none> {
     const std::size_t chunks = chunk_count(exec, x.size());
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range r = chunk_of(x.size(), chunks, c);
-      for (std::size_t i = r.begin; i < r.end; ++i) sink(i, i, x[i]);
+      // Local copies: the payload's bytes may alias anything, and the loop only vectorizes
+      // once the compiler knows its stores cannot change the input pointer or the sink.
+      const T* data = x.data();
+      const Sink local = sink;
+      for (std::size_t i = r.begin; i < r.end; ++i) local(i, i, data[i]);
     });
   }
 };
@@ -508,8 +512,13 @@ struct payload_backend<host> {
     with_element_type(v.header.type, [&](auto type) {
       for_each_chunk(exec, chunks, [&](std::size_t c) {  // indices are increasing: chunks never overlap
         const index_range r = chunk_of(v.count, chunks, c);
+        // Local copies: stores into `out` could alias the view, and the loop only vectorizes
+        // once the compiler knows they cannot.
+        const payload_view local = v;
+        const float scale = alpha;
+        T* y = out.data();
         for (std::uint64_t j = r.begin; j < r.end; ++j) {
-          accumulate(out[Codec::index_at(v, j)], Codec::value_at(v, decltype(type)::value, j), alpha);
+          accumulate(y[Codec::index_at(local, j)], Codec::value_at(local, decltype(type)::value, j), scale);
         }
       });
     });

@@ -4,6 +4,7 @@
 
 #include "gradzip/random/hash.hpp"
 #include "gradzip/random/philox.hpp"
+#include "gradzip/codec.hpp"
 
 using gradzip::philox4x32_10;
 
@@ -64,5 +65,17 @@ TEST_CASE("hash_to_range is uniform enough over 64 buckets", "[random]") {
   for (auto c : counts) {
     CHECK(c > 4096 * 0.9);
     CHECK(c < 4096 * 1.1);
+  }
+}
+
+TEST_CASE("the host's batched Philox words equal random_word element by element", "[random]") {
+  std::uint32_t words[256];
+  for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{4096}, (std::uint64_t{1} << 32) - 128,
+                              (std::uint64_t{7} << 40)}) {
+    const gradzip::quantize::compress_context ctx{17, 3};
+    gradzip::detail::consecutive_philox_words(0x1234567890ABCDEFull, ctx, first, 256, words);
+    for (std::uint64_t j = 0; j < 256; ++j) {
+      REQUIRE(words[j] == gradzip::random_word(0x1234567890ABCDEFull, 17, 3, first + j));
+    }
   }
 }

@@ -105,6 +105,13 @@ using key_type_t = typename element_traits<T>::key_type;
 
 namespace detail {
 
+/// `pick ? a : b` through a bit mask. Conversion loops select with it: compilers turn `?:` into
+/// branches there, and a loop with branches does not vectorize.
+GRADZIP_HOST_DEVICE constexpr std::uint32_t select_bits(bool pick, std::uint32_t a, std::uint32_t b) noexcept {
+  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(pick);
+  return (a & mask) | (b & ~mask);
+}
+
 /// Bit copy of a trivially copyable value (a portable, device-safe bit_cast).
 template <class To, class From>
 GRADZIP_HOST_DEVICE inline To bit_cast(const From& from) noexcept {

@@ -23,8 +23,8 @@ GRADZIP_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   // zero or subnormal: 2^-14 (1 + m / 2^10) - 2^-14 = m x 2^-24, exact
   const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(o + (113u << 23)) -
                                                           bit_cast<float>(113u << 23));
-  std::uint32_t bits = exponent == 0 ? subnormal : normal;
-  bits = exponent == 0x0F800000u ? special : bits;
+  std::uint32_t bits = select_bits(exponent == 0, subnormal, normal);
+  bits = select_bits(exponent == 0x0F800000u, special, bits);
   return bit_cast<float>(sign | bits);
 }
 

@@ -40,9 +40,9 @@ GRADZIP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   const std::uint32_t normal = (a - 0x38000000u + 0x0FFFu + ((a >> 13) & 1u)) >> 13;
   const std::uint32_t subnormal =
       detail::bit_cast<std::uint32_t>(detail::bit_cast<float>(a) + 0.5f) - 0x3F000000u;
-  std::uint32_t h = a < 0x38800000u ? subnormal : normal;
-  h = a >= 0x477FF000u ? 0x7C00u : h;  // >= 65520 (and inf): inf
-  h = a > 0x7F800000u ? 0x7E00u : h;   // NaN: quiet NaN
+  std::uint32_t h = detail::select_bits(a < 0x38800000u, subnormal, normal);
+  h = detail::select_bits(a >= 0x477FF000u, 0x7C00u, h);  // >= 65520 (and inf): inf
+  h = detail::select_bits(a > 0x7F800000u, 0x7E00u, h);   // NaN: quiet NaN
   return static_cast<std::uint16_t>(sign | h);
 }
 
@@ -73,10 +73,10 @@ GRADZIP_HOST_DEVICE inline std::uint8_t float_to_fp8_bits(float f) {
   const std::uint32_t normal =
       (a - ((127 - bias) << 23) + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
   const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(a) + bit_cast<float>(magic)) - magic;
-  std::uint32_t h = a < min_normal ? subnormal : normal;
-  h = h > MaxFinite ? MaxFinite : h;  // saturate finite values
-  h = a == 0x7F800000u ? InfBits : h;
-  h = a > 0x7F800000u ? 0x7Fu : h;  // NaN
+  std::uint32_t h = select_bits(a < min_normal, subnormal, normal);
+  h = select_bits(h > MaxFinite, MaxFinite, h);  // saturate finite values
+  h = select_bits(a == 0x7F800000u, InfBits, h);
+  h = select_bits(a > 0x7F800000u, 0x7Fu, h);  // NaN
   return static_cast<std::uint8_t>(sign | h);
 }
 
@@ -93,11 +93,11 @@ GRADZIP_HOST_DEVICE inline float fp8_bits_to_float(std::uint8_t b) {
   const std::uint32_t subnormal = bit_cast<std::uint32_t>(bit_cast<float>(o + magic) - bit_cast<float>(magic));
   constexpr std::uint32_t all_ones = 0x7Fu << (23 - mantissa_bits);  // exponent and mantissa set
   constexpr std::uint32_t exponent_ones = ((1u << ExponentBits) - 1u) << 23;
-  std::uint32_t bits = o < (1u << 23) ? subnormal : normal;
+  std::uint32_t bits = select_bits(o < (1u << 23), subnormal, normal);
   if constexpr (HasInf) {  // e5m2: exponent all ones is inf (mantissa 0) or NaN
-    bits = o >= exponent_ones ? (o == exponent_ones ? 0x7F800000u : 0x7FC00000u) : bits;
+    bits = select_bits(o >= exponent_ones, select_bits(o == exponent_ones, 0x7F800000u, 0x7FC00000u), bits);
   } else {  // e4m3: only S.1111.111 is NaN
-    bits = o == all_ones ? 0x7FC00000u : bits;
+    bits = select_bits(o == all_ones, 0x7FC00000u, bits);
   }
   return bit_cast<float>(sign | bits);
 }

@@ -80,12 +80,16 @@ GRADZIP_HOST_DEVICE inline int floor_log2(std::uint32_t m) {
 #endif
 }
 
-/// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127.
+/// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127 (selects only).
 GRADZIP_HOST_DEVICE inline float exact_pow2(std::int64_t e) {
-  if (e > 127) return INFINITY;
-  if (e >= -126) return gradzip::detail::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23);
-  if (e >= -149) return gradzip::detail::bit_cast<float>(std::uint32_t{1} << (e + 149));
-  return 0.0f;
+  const std::int64_t clamped = e < -160 ? -160 : (e > 128 ? 128 : e);
+  const auto c = static_cast<std::int32_t>(clamped);
+  const std::uint32_t normal = static_cast<std::uint32_t>(c + 127) << 23;
+  const std::uint32_t shift = static_cast<std::uint32_t>(c + 149 < 0 ? 0 : c + 149) & 31u;
+  const std::uint32_t subnormal = select_bits(c >= -149, std::uint32_t{1} << shift, 0u);
+  std::uint32_t bits = select_bits(c >= -126, normal, subnormal);
+  bits = select_bits(c > 127, 0x7F800000u, bits);
+  return bit_cast<float>(bits);
 }
 
 }  // namespace gradzip::detail
@@ -162,11 +166,12 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
-    if (r.top == poisoned) return NAN;
     const unsigned c = code >> 1;
-    const float magnitude =
-        c == 0 ? 0.0f : detail::exact_pow2(static_cast<std::int64_t>(r.top) - exponent_codes + c);
-    return (code & 1u) ? -magnitude : magnitude;
+    std::uint32_t bits = gradzip::detail::bit_cast<std::uint32_t>(
+        detail::exact_pow2(static_cast<std::int64_t>(r.top) - exponent_codes + c));
+    bits = gradzip::detail::select_bits(c == 0, 0u, bits);
+    bits = gradzip::detail::select_bits(r.top == poisoned, 0x7FC00000u, bits);
+    return gradzip::detail::bit_cast<float>(bits | ((code & 1u) << 31));
   }
 };
 

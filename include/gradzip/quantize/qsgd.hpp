@@ -88,7 +88,9 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
     if (!(r.norm > 0.0f)) return 0;  // zero bucket, or poisoned (NaN)
     const float u = uniform_float(random);
     const float level = fmaf(fabsf(v) / r.norm, static_cast<float>(Levels), u);  // >= 0: truncation floors
-    const unsigned l = level >= static_cast<float>(Levels) ? Levels : static_cast<unsigned>(level);
+    // Through int (one vector instruction; float -> unsigned has none before AVX-512).
+    const int truncated = static_cast<int>(stat_min(level, static_cast<float>(Levels)));
+    const unsigned l = static_cast<unsigned>(truncated);
     return (l << 1) | (v < 0.0f ? 1u : 0u);
   }
 

@@ -111,7 +111,8 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
     const float t = (v - r.lo) / r.step;  // >= 0: v >= lo
     const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
     const float rounded = t + offset;  // truncation below is floor: rounded >= 0
-    return rounded >= static_cast<float>(levels) ? levels : static_cast<unsigned>(rounded);
+    // Through int (one vector instruction; float -> unsigned has none before AVX-512).
+    return static_cast<unsigned>(static_cast<int>(stat_min(rounded, static_cast<float>(levels))));
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

@@ -109,14 +109,42 @@ quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::u
   return lane[0];
 }
 
-/// Random words for `count` (a multiple of 4) consecutive elements from tensor index `first`
-/// (a multiple of 4): one Philox evaluation per four.
-template <class Values>
-void consecutive_random_words(const Values& values, std::uint64_t first, std::uint64_t count,
-                              quantize::compress_context ctx, std::uint32_t* out) {
-  for (std::uint64_t q = 0; q < count; q += 4) {
-    const philox_words w = philox_for(values.seed, ctx.step, ctx.tensor_id, (first + q) >> 2);
-    for (int i = 0; i < 4; ++i) out[q + i] = w[i];
+/// Random words for `count` (a multiple of 4, at most 256) consecutive elements from tensor
+/// index `first` (a multiple of 4): Philox blocks first / 4, first / 4 + 1, ..., evaluated side
+/// by side (structure of arrays), so each round is a vector loop of widening multiplies. The
+/// same words as `random_word`; tests/host/test_random.cpp checks it.
+inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_context ctx,
+                                     std::uint64_t first, std::uint64_t count, std::uint32_t* out) {
+  constexpr int most = 64;
+  std::uint32_t c0[most], c1[most], c2[most], c3[most];
+  const int blocks = static_cast<int>(count / 4);
+  for (int b = 0; b < blocks; ++b) {
+    const std::uint64_t counter = (first >> 2) + static_cast<std::uint64_t>(b);
+    c0[b] = static_cast<std::uint32_t>(counter);
+    c1[b] = static_cast<std::uint32_t>(counter >> 32);
+    c2[b] = ctx.step;
+    c3[b] = ctx.tensor_id;
+  }
+  std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    for (int b = 0; b < blocks; ++b) {
+      const std::uint64_t p0 = static_cast<std::uint64_t>(philox_m0) * c0[b];
+      const std::uint64_t p1 = static_cast<std::uint64_t>(philox_m1) * c2[b];
+      const std::uint32_t n0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1[b] ^ k0;
+      const std::uint32_t n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3[b] ^ k1;
+      c1[b] = static_cast<std::uint32_t>(p1);
+      c3[b] = static_cast<std::uint32_t>(p0);
+      c0[b] = n0;
+      c2[b] = n2;
+    }
+    k0 += philox_w0;
+    k1 += philox_w1;
+  }
+  for (int b = 0; b < blocks; ++b) {
+    out[4 * b] = c0[b];
+    out[4 * b + 1] = c1[b];
+    out[4 * b + 2] = c2[b];
+    out[4 * b + 3] = c3[b];
   }
 }
 
@@ -153,7 +181,7 @@ struct values_backend<host> {
     std::uint32_t random[block];
     if constexpr (Values::stochastic) {
       if constexpr (std::is_same_v<IndexOf, identity_index>) {
-        consecutive_random_words(values, g, (m + 3) / 4 * 4, ctx, random);
+        consecutive_philox_words(values.seed, ctx, g, (m + 3) / 4 * 4, random);
       } else {
         for (std::uint64_t j = 0; j < m; ++j) random[j] = quantize::element_random(values, index_of(g + j), ctx);
       }

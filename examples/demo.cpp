@@ -56,12 +56,12 @@ struct row {
 void print(const std::vector<row>& rows, std::size_t n, int threads) {
   std::printf("gradient: %zu float32 (%.1f MiB), heavy-tailed synthetic, host threads: %d\n\n", n,
               n * 4.0 / (1 << 20), threads);
-  std::printf("| %-40s | %9s | %11s | %17s | %19s |\n", "codec", "ratio", "rel. L2 err",
+  std::printf("| %-48s | %9s | %11s | %17s | %19s |\n", "codec", "ratio", "rel. L2 err",
               "compress GB/s", "decompress GB/s");
-  std::printf("|%s|%s|%s|%s|%s|\n", std::string(42, '-').c_str(), std::string(11, '-').c_str(),
+  std::printf("|%s|%s|%s|%s|%s|\n", std::string(50, '-').c_str(), std::string(11, '-').c_str(),
               std::string(13, '-').c_str(), std::string(19, '-').c_str(), std::string(21, '-').c_str());
   for (const auto& r : rows) {
-    std::printf("| %-40s | %8.1fx | %11.4f | %17.2f | %19.2f |\n", r.codec.c_str(), r.ratio, r.rel_l2,
+    std::printf("| %-48s | %8.1fx | %11.4f | %17.2f | %19.2f |\n", r.codec.c_str(), r.ratio, r.rel_l2,
                 r.compress_gbps, r.decompress_gbps);
   }
   std::printf("\nratio = dense fp32 bytes / payload bytes; GB/s = dense input bytes / time (best of 3);\n"
@@ -112,6 +112,56 @@ row measure_feedback(const std::string& name, const Codec& codec, gradzip::host&
   return {name, input / bytes, relative_l2(sum_true, sum_sent), input / tc / 1e9, input / td / 1e9};
 }
 
+/// Rows for a values stage on its own (dense) and over top-k 1 % values.
+template <class Values>
+void both(std::vector<row>& rows, const std::string& name, Values values, gradzip::host& exec,
+          const std::vector<float>& g) {
+  namespace gz = gradzip;
+  rows.push_back(measure("dense " + name, gz::codec<gz::sparsify::none, Values, gz::encode::none>{{}, values}, exec, g));
+  rows.push_back(measure("topk 1% + " + name,
+                         gz::codec<gz::sparsify::topk, Values, gz::encode::coo>{gz::sparsify::topk::ratio(0.01), values},
+                         exec, g));
+}
+
+/// Signum over `steps` gradients on 4 workers (each its own gradient stream), aggregated by
+/// majority vote; the error is that of the summed votes, scaled by the mean |g|, against the
+/// summed mean gradient: how well the vote's direction follows the true one.
+template <class Codec>
+row measure_signum(const std::string& name, const Codec& codec, gradzip::host& exec, std::size_t n,
+                   std::uint64_t seed, int steps) {
+  constexpr int workers = 4;
+  std::vector<gradzip::feedback::signum<Codec, float, gradzip::host>> states;
+  for (int w = 0; w < workers; ++w) states.emplace_back(exec, codec, n, 0.9f);
+  std::vector<std::vector<std::byte>> payloads(workers, std::vector<std::byte>(codec.template max_compressed_bytes<float>(n)));
+  std::vector<float> mean_true(n, 0.0f), votes(n), sum_votes(n, 0.0f);
+  std::size_t bytes = 0;
+  double tc = 1e30, scale = 0.0;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<gradzip::span<const std::byte>> views;
+    for (int w = 0; w < workers; ++w) {
+      const auto g = gradzip_tools::synthetic_gradient<float>(n, seed + 2000 + 100 * w + s);
+      for (std::size_t i = 0; i < n; ++i) {
+        mean_true[i] += g[i] / workers;
+        scale += std::abs(g[i]) / (static_cast<double>(n) * workers * steps);
+      }
+      const auto start = clock_type::now();
+      bytes = states[w].compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(payloads[w]), {static_cast<std::uint32_t>(s), 0});
+      tc = std::min(tc, seconds_since(start));
+      views.emplace_back(payloads[w].data(), bytes);
+    }
+    gradzip::quantize::majority_vote(exec, codec, gradzip::span<const gradzip::span<const std::byte>>(views),
+                                     gradzip::span<float>(votes));
+    for (std::size_t i = 0; i < n; ++i) sum_votes[i] += votes[i];
+  }
+  for (auto& v : sum_votes) v = static_cast<float>(v * scale);
+  std::vector<float> dense(n);
+  const double td = best_seconds(3, [&] {
+    codec.decompress(exec, gradzip::span<const std::byte>(payloads[0].data(), bytes), gradzip::span<float>(dense));
+  });
+  const double input = n * sizeof(float);
+  return {name, input / bytes, relative_l2(mean_true, sum_votes), input / tc / 1e9, input / td / 1e9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,49 +179,36 @@ int main(int argc, char** argv) {
   std::vector<row> rows;
   rows.push_back(measure("dense fp32 (none + none + none)",
                          gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>{}, exec, g));
-  rows.push_back(measure("dense cast fp16",
-                         gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, exec, g));
-  rows.push_back(measure("dense cast bf16",
-                         gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>{}, exec, g));
-  rows.push_back(measure("dense uniform 8-bit (bucket 512)",
-                         gz::codec<gz::sparsify::none, gz::quantize::uniform<8>, gz::encode::none>{}, exec, g));
-  rows.push_back(measure("dense uniform 4-bit (bucket 512)",
-                         gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>{}, exec, g));
-  using stochastic2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
-  rows.push_back(measure("dense uniform 2-bit stochastic",
-                         gz::codec<gz::sparsify::none, stochastic2, gz::encode::none>{{}, stochastic2{seed}},
-                         exec, g));
-  using qsgd4 = gz::quantize::qsgd<7>;
-  rows.push_back(measure("dense qsgd 4-bit (7 levels, bucket 128)",
-                         gz::codec<gz::sparsify::none, qsgd4, gz::encode::none>{{}, qsgd4{seed}}, exec, g));
-  rows.push_back(measure("dense sign (signSGD)",
-                         gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>{}, exec, g));
-  rows.push_back(measure("dense scaled sign (EF-SignSGD)",
-                         gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{}, exec, g));
-  using tern = gz::quantize::terngrad<>;
-  rows.push_back(measure("dense terngrad",
-                         gz::codec<gz::sparsify::none, tern, gz::encode::none>{{}, tern{seed}}, exec, g));
-  rows.push_back(measure("dense 1-bit SGD (two means)",
-                         gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{}, exec, g));
+  // Every values stage, alone (dense) and over the values of top-k 1 %.
+  both(rows, "cast fp16", gz::quantize::cast_fp16{}, exec, g);
+  both(rows, "cast bf16", gz::quantize::cast_bf16{}, exec, g);
+  both(rows, "cast fp8 e4m3", gz::quantize::cast_fp8_e4m3{}, exec, g);
+  both(rows, "cast fp8 e5m2", gz::quantize::cast_fp8_e5m2{}, exec, g);
+  both(rows, "uniform 8-bit (bucket 512)", gz::quantize::uniform<8>{}, exec, g);
+  both(rows, "uniform 4-bit (bucket 512)", gz::quantize::uniform<4>{}, exec, g);
+  both(rows, "uniform 2-bit stochastic", gz::quantize::uniform<2, gz::quantize::rounding::stochastic>{seed}, exec, g);
+  both(rows, "qsgd 4-bit (7 levels, bucket 128)", gz::quantize::qsgd<7>{seed}, exec, g);
+  both(rows, "qsgd 8-bit (127 levels, bucket 128)", gz::quantize::qsgd<127>{seed}, exec, g);
+  both(rows, "terngrad", gz::quantize::terngrad<>{seed}, exec, g);
+  both(rows, "terngrad, 2.5 sigma clipping", gz::quantize::terngrad<true>{seed}, exec, g);
+  both(rows, "sign (signSGD)", gz::quantize::sign<false>{}, exec, g);
+  both(rows, "scaled sign (EF-SignSGD)", gz::quantize::scaled_sign{}, exec, g);
+  both(rows, "1-bit SGD (two means)", gz::quantize::onebit<>{}, exec, g);
+  both(rows, "natural 8-bit", gz::quantize::natural<8>{seed}, exec, g);
+  both(rows, "natural 9-bit", gz::quantize::natural<9>{seed}, exec, g);
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
     rows.push_back(measure(name, topk_codec{gradzip::sparsify::topk::ratio(ratio)}, exec, g));
   }
-  rows.push_back(measure("topk 1% + cast fp16 + coo",
-                         gz::codec<gz::sparsify::topk, gz::quantize::cast_fp16, gz::encode::coo>{
-                             gz::sparsify::topk::ratio(0.01)},
-                         exec, g));
-  rows.push_back(measure("topk 1% + uniform 4-bit + coo",
-                         gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::coo>{
-                             gz::sparsify::topk::ratio(0.01)},
-                         exec, g));
   const int steps = 10;
   rows.push_back(measure_feedback("topk 1% + coo + error feedback x10",
                                   topk_codec{gradzip::sparsify::topk::ratio(0.01)}, exec, n, seed, steps));
   rows.push_back(measure_feedback("scaled sign + error feedback x10",
                                   gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{},
                                   exec, n, seed, steps));
+  using sign_codec = gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>;
+  rows.push_back(measure_signum("signum (beta 0.9) x10, 4 workers' majority vote", sign_codec{}, exec, n, seed, steps));
   print(rows, n, exec.threads());
   return 0;
 }

@@ -217,3 +217,29 @@ TEST_CASE("natural compression is unbiased below the bucket's exponent range", "
   const double v = x[1], m = std::ldexp(1.0, -26);
   CHECK(std::abs(sum / trials - v) <= 5 * std::sqrt(v * (m - v) / trials));
 }
+
+TEST_CASE("malformed natural payloads are rejected with precise errors", "[natural]") {
+  host exec;
+  const std::vector<float> x(100, 1.5f);
+  const auto p = test::compress(dense<quantize::natural<8>>{}, exec, x);
+  std::vector<float> out(100, 9.0f);
+  auto expect = [&](auto decoder, std::vector<std::byte> q, wire::format_errc code) {
+    try {
+      decoder.decompress(exec, span<const std::byte>(q), span<float>(out));
+      FAIL("accepted");
+    } catch (const format_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == code);
+    }
+    CHECK(out[0] == 9.0f);  // nothing written
+  };
+  expect(dense<quantize::natural<9>>{}, p, wire::format_errc::bad_params);        // code width
+  expect(dense<quantize::natural<8, 256>>{}, p, wire::format_errc::bad_params);   // bucket
+  // Section table at 48: entries of 24 bytes (tag u32, flags u32, offset u64, size u64).
+  auto q = p;
+  wire::detail::store_le(reinterpret_cast<std::uint8_t*>(q.data()) + 48 + 24 + 16, 8, 8);  // scales 4 -> 8
+  expect(dense<quantize::natural<8>>{}, q, wire::format_errc::bad_section_size);
+  q = p;
+  wire::detail::store_le(reinterpret_cast<std::uint8_t*>(q.data()) + 48 + 48 + 16, 64, 8);  // codes 128 -> 64
+  expect(dense<quantize::natural<8>>{}, q, wire::format_errc::bad_section_size);
+}

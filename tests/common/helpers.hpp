@@ -1,6 +1,8 @@
 // Test helpers: a plain reference top-k and small utilities.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -59,6 +61,22 @@ std::vector<float> round_trip(const Codec& c, const std::vector<T>& x,
   std::vector<float> out(x.size());
   c.decompress(exec, gradzip::span<const std::byte>(p.data(), bytes), gradzip::span<float>(out));
   return out;
+}
+
+/// Decodes `payload` with `decoder` into `out` and checks that it is rejected with `code` and
+/// that `out` is left untouched.
+template <class Codec>
+void expect_rejected(const Codec& decoder, gradzip::host& exec, const std::vector<std::byte>& payload,
+                     std::vector<float>& out, gradzip::wire::format_errc code) {
+  const std::vector<float> before = out;
+  try {
+    decoder.decompress(exec, gradzip::span<const std::byte>(payload), gradzip::span<float>(out));
+    FAIL("accepted");
+  } catch (const gradzip::format_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == code);
+  }
+  CHECK(out == before);
 }
 
 }  // namespace test

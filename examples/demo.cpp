@@ -201,6 +201,14 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
     rows.push_back(measure(name, topk_codec{gradzip::sparsify::topk::ratio(ratio)}, exec, g));
   }
+  rows.push_back(measure("randomk 1% (no indices on the wire)",
+                         gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
+                             gz::sparsify::randomk::ratio(0.01, seed)},
+                         exec, g));
+  rows.push_back(measure("randomk 1% + cast bf16",
+                         gz::codec<gz::sparsify::randomk, gz::quantize::cast_bf16, gz::encode::none>{
+                             gz::sparsify::randomk::ratio(0.01, seed)},
+                         exec, g));
   const int steps = 10;
   rows.push_back(measure_feedback("topk 1% + coo + error feedback x10",
                                   topk_codec{gradzip::sparsify::topk::ratio(0.01)}, exec, n, seed, steps));

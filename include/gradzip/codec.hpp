@@ -45,6 +45,7 @@
 #include "gradzip/quantize/terngrad.hpp"
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/sparsify/none.hpp"
+#include "gradzip/sparsify/randomk.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -58,10 +59,37 @@ struct payload_view {
   wire::header header;
   std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
   int index_width = 0;      // 0 when the payload has no indices section
+  const std::uint8_t* structure_params = nullptr;  // implicit-index structures (random-k)
   const std::uint8_t* indices = nullptr;
   const std::uint8_t* scales = nullptr;  // bucketed values stages only
   const std::uint8_t* values = nullptr;
 };
+
+/// Structures whose indices are recomputed from their parameters (random-k) set
+/// `implicit_indices`; they also have `param_bytes` of parameters in the payload.
+template <class Structure, class = void>
+struct has_implicit_indices : std::false_type {};
+template <class Structure>
+struct has_implicit_indices<Structure, std::void_t<decltype(Structure::implicit_indices)>>
+    : std::bool_constant<Structure::implicit_indices> {};
+
+template <class Structure>
+constexpr std::uint64_t structure_param_bytes() {
+  if constexpr (has_implicit_indices<Structure>::value) {
+    return Structure::param_bytes;
+  } else {
+    return 0;
+  }
+}
+
+/// A structure stage's parameter bytes, made on the host and passed by value to the device.
+struct structure_params {
+  std::uint8_t bytes[24] = {};
+};
+
+/// implicit_backend<Exec>: runs an implicit-index structure's selection on an executor.
+template <class Exec>
+struct implicit_backend;
 
 template <class Values, class = void>
 struct is_bucketed : std::false_type {};
@@ -157,6 +185,23 @@ struct structure_backend<host, sparsify::topk> {
   }
 };
 
+template <>
+struct implicit_backend<host> {
+  /// sink(j, index_of(j), x[index_of(j)]) for j < k, in parallel chunks.
+  template <class Structure, class T, class Sink>
+  static void select(host& exec, const structure_params& sp, span<const T> x, std::uint64_t k,
+                     const Sink& sink) {
+    const std::size_t chunks = chunk_count(exec, k);
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(k, chunks, c);
+      for (std::uint64_t j = r.begin; j < r.end; ++j) {
+        const std::uint64_t i = Structure::index_of(sp.bytes, x.size(), k, j);
+        sink(j, i, x[i]);
+      }
+    });
+  }
+};
+
 /// payload_backend<Exec>: writing a payload's frame and decoding payloads on an executor.
 template <class Exec>
 struct payload_backend;
@@ -172,8 +217,11 @@ class codec {
                 "codec: the structure stage sends explicit indices, so the indices stage must "
                 "encode them (e.g. encode::coo)");
   static_assert(Structure::explicit_indices || std::is_same_v<Indices, encode::none>,
-                "codec: the structure stage sends every element in order, so the indices stage "
-                "must be encode::none");
+                "codec: the structure stage sends no indices, so the indices stage must be "
+                "encode::none");
+  static_assert(!detail::has_implicit_indices<Structure>::value || !detail::is_bucketed<Values>::value,
+                "codec: bucketed quantizers over random-k values are not supported yet; use "
+                "quantize::none or a cast");
 
  public:
   using structure_type = Structure;
@@ -184,9 +232,17 @@ class codec {
   /// Whether the payloads of several workers may be summed (allreduced) instead of gathered.
   static constexpr bool summable = Structure::summable && Values::summable;
   static constexpr bool has_indices = Structure::explicit_indices;
+  /// Indices recomputed from the structure's parameters (random-k): none on the wire.
+  static constexpr bool implicit_indices = detail::has_implicit_indices<Structure>::value;
+  /// Every element, in order (sparsify::none).
+  static constexpr bool dense = !has_indices && !implicit_indices;
+  static constexpr std::uint64_t structure_params_bytes = detail::structure_param_bytes<Structure>();
   static constexpr bool bucketed = detail::is_bucketed<Values>::value;
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
-  static constexpr std::uint64_t params_bytes = 8 + Values::param_bytes + Indices::param_bytes;
+  static constexpr std::uint64_t params_bytes =
+      8 + detail::structure_param_bytes<Structure>() + Values::param_bytes + Indices::param_bytes;
+  static constexpr std::uint64_t values_params_at = 8 + detail::structure_param_bytes<Structure>();
+  static constexpr std::uint64_t indices_params_at = values_params_at + Values::param_bytes;
   static constexpr std::uint32_t section_count = 2 + (has_indices ? 1 : 0) + (bucketed ? 1 : 0);
   /// Whether decoding must check each element (its index, or its value's code) before writing.
   static constexpr bool checks_elements = has_indices || detail::needs_code_check<Values>::value;
@@ -222,11 +278,15 @@ class codec {
   /// make the first call allocation-free as well.
   template <class T, class Exec>
   std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
-    const std::size_t structure = detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
-    if constexpr (has_indices && bucketed) {
-      return value_scratch_offset(structure) + structure_.selected_count(n) * sizeof(float);
+    if constexpr (implicit_indices) {
+      return 0;  // the selection needs no scratch
     } else {
-      return structure;
+      const std::size_t structure = detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
+      if constexpr (has_indices && bucketed) {
+        return value_scratch_offset(structure) + structure_.selected_count(n) * sizeof(float);
+      } else {
+        return structure;
+      }
     }
   }
 
@@ -248,11 +308,16 @@ class codec {
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "compress: output buffer holds ", out.size(),
                     " bytes, the payload needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k);
+    detail::structure_params sp;
+    if constexpr (implicit_indices) structure_.write_params(sp.bytes, ctx);
+    detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k, sp);
     std::uint8_t* indices = has_indices ? base + l.at(1).offset : nullptr;
     std::uint8_t* values = base + l.at(section_count - 1).offset;
     using structure_run = detail::structure_backend<Exec, Structure>;
-    if constexpr (!bucketed) {
+    if constexpr (implicit_indices) {
+      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
+      detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, sink);
+    } else if constexpr (!bucketed) {
       const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
       structure_run::select(exec, structure_, input, k, sink);
     } else if constexpr (!has_indices) {  // dense: buckets straight from the input
@@ -298,14 +363,17 @@ class codec {
 
   /// Writes the header, the parameters and all padding of a payload (host or device code).
   GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* out, const wire::payload_layout& l,
-                                              element_type type, std::uint64_t n,
-                                              std::uint64_t k) {
+                                              element_type type, std::uint64_t n, std::uint64_t k,
+                                              const detail::structure_params& sp) {
     wire::write_header(out, l, type, id, n);
     std::uint8_t* params = out + l.at(0).offset;
     for (std::uint64_t i = 0; i < params_bytes; ++i) params[i] = 0;
     wire::detail::store_le(params, k, 8);
-    Values::write_params(params + 8);
-    Indices::write_params(params + 8 + Values::param_bytes, n);
+    if constexpr (implicit_indices) {
+      for (std::uint64_t i = 0; i < structure_params_bytes; ++i) params[8 + i] = sp.bytes[i];
+    }
+    Values::write_params(params + values_params_at);
+    Indices::write_params(params + indices_params_at, n);
     wire::zero_section_padding(out, l);
   }
 
@@ -344,13 +412,17 @@ class codec {
     if (v.count > h.element_count) {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
     }
-    if (!has_indices && v.count != h.element_count) {  // a dense payload sends every element
+    if (dense && v.count != h.element_count) {  // a dense payload sends every element
       return wire::fail(wire::format_errc::bad_params, 0, v.count);
     }
-    s = Values::check_params(params + 8, params_at + 8);
+    if constexpr (implicit_indices) {
+      s = Structure::check_params(params + 8, params_at + 8);
+      if (!s.ok()) return s;
+      v.structure_params = params + 8;
+    }
+    s = Values::check_params(params + values_params_at, params_at + values_params_at);
     if (!s.ok()) return s;
-    s = Indices::check_params(params + 8 + Values::param_bytes, h.element_count,
-                              params_at + 8 + Values::param_bytes);
+    s = Indices::check_params(params + indices_params_at, h.element_count, params_at + indices_params_at);
     if (!s.ok()) return s;
     v.index_width = index_width(h.element_count);
     std::uint64_t index_bytes = 0, value_bytes = 0;
@@ -385,6 +457,9 @@ class codec {
     if constexpr (bucketed) {
       return Values::decode(quantize::unpack_code(v.values, Values::bits, j),
                             Values::load_record(v.scales, j / Values::bucket));
+    } else if constexpr (implicit_indices) {  // random-k's unbiasing factor, applied on decode
+      return Values::load(v.values, type, j) *
+             static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
     } else {
       return Values::load(v.values, type, j);
     }
@@ -394,6 +469,8 @@ class codec {
   GRADZIP_HOST_DEVICE static std::uint64_t index_at(const detail::payload_view& v, std::uint64_t j) {
     if constexpr (has_indices) {
       return Indices::load(v.indices, v.index_width, j);
+    } else if constexpr (implicit_indices) {
+      return Structure::index_of(v.structure_params, v.header.element_count, v.count, j);
     } else {
       return j;
     }
@@ -459,8 +536,8 @@ template <>
 struct payload_backend<host> {
   template <class Codec>
   static void write_frame(host&, const Codec&, std::uint8_t* out, const wire::payload_layout& l,
-                          element_type type, std::uint64_t n, std::uint64_t k) {
-    Codec::write_frame(out, l, type, n, k);
+                          element_type type, std::uint64_t n, std::uint64_t k, const structure_params& sp) {
+    Codec::write_frame(out, l, type, n, k, sp);
   }
 
   template <class Codec, class T>

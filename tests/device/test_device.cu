@@ -290,6 +290,10 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e5m2, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::cast_fp8_e4m3>{gz::sparsify::topk::ratio(0.01)}, dev);
+    check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
+                        gz::sparsify::randomk::ratio(0.01, 5)}, dev);
+    check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::cast_bf16, gz::encode::none>{
+                        gz::sparsify::randomk::count(1, 5)}, dev);
     // Decode on the device equals decode on the host.
     const auto payload = test::compress(dense_bf16{}, host, g);
     device_vector<std::byte> dp(payload);

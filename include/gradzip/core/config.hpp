@@ -25,3 +25,22 @@
 #endif
 
 static_assert(sizeof(std::size_t) == 8, "gradzip needs 64-bit sizes (a 64-bit target)");
+
+#if !defined(__SIZEOF_INT128__)
+#error "gradzip needs a compiler with unsigned __int128 (GCC, Clang, nvcc)"
+#endif
+
+namespace gradzip::detail {
+
+__extension__ typedef unsigned __int128 uint128;  // __extension__: no -Wpedantic warning
+
+/// The high 64 bits of a x b.
+GRADZIP_HOST_DEVICE inline std::uint64_t mul_hi64(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  return static_cast<std::uint64_t>((static_cast<uint128>(a) * b) >> 64);
+#endif
+}
+
+}  // namespace gradzip::detail

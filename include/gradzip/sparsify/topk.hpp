@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "gradzip/core/error.hpp"
+#include "gradzip/sparsify/kept_count.hpp"
 
 namespace gradzip::sparsify {
 
@@ -43,10 +44,7 @@ class topk {
   static topk count(std::uint64_t k) { return topk(k, 0.0); }
 
   /// Keeps k = min(n, ceil(r n)) elements, r in (0, 1].
-  static topk ratio(double r) {
-    GRADZIP_EXPECTS(r > 0.0 && r <= 1.0, "topk: ratio must be in (0, 1], got ", r);
-    return topk(0, r);
-  }
+  static topk ratio(double r) { return topk(0, detail::checked_ratio(r, "topk")); }
 
   bool is_ratio() const noexcept { return ratio_ > 0.0; }
   double ratio_value() const noexcept { return ratio_; }
@@ -54,13 +52,7 @@ class topk {
 
   /// The number of elements kept from a tensor of n elements.
   std::uint64_t selected_count(std::uint64_t n) const {
-    if (is_ratio()) {
-      if (n == 0) return 0;
-      const double k = std::ceil(ratio_ * static_cast<double>(n));
-      return k >= static_cast<double>(n) ? n : (k < 1.0 ? 1 : static_cast<std::uint64_t>(k));
-    }
-    GRADZIP_EXPECTS(count_ <= n, "topk: k = ", count_, " exceeds the tensor's element count ", n);
-    return count_;
+    return detail::kept_count(count_, is_ratio() ? ratio_ : 0.0, n, "topk");
   }
 
  private:

@@ -10,8 +10,8 @@ namespace gradzip::detail {
 
 template <class Codec>
 __global__ void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
-                                   std::uint64_t n, std::uint64_t k) {
-  Codec::write_frame(out, layout, type, n, k);  // the host's function: the same bytes
+                                   std::uint64_t n, std::uint64_t k, structure_params sp) {
+  Codec::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
 }
 
 /// Records the first failure: only the thread that claims the empty word writes the numbers.
@@ -90,9 +90,9 @@ struct payload_backend<cuda> {
   template <class Codec>
   static void write_frame(cuda& exec, const Codec&, std::uint8_t* out,
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
-                          std::uint64_t k) {
+                          std::uint64_t k, const structure_params& sp) {
     require_aligned(out, "compress");
-    write_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(out, l, type, n, k);
+    write_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(out, l, type, n, k, sp);
     GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 

@@ -1,5 +1,7 @@
 // Host top-k at 1 % beside std::nth_element and the copy roofline, 2^16 .. 2^26 floats.
 // Each reports input GB/s (input_GBps) and its fraction of a plain copy (roofline).
+#include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "common.hpp"
@@ -33,6 +35,22 @@ void BM_topk_gradzip(benchmark::State& state) {
     benchmark::DoNotOptimize(c.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(out)));
   });
   state.counters["threads"] = exec.threads();
+}
+
+// Threshold selection keeping about 1 % (tau = the magnitude top-k 1 % would cut at): two reads
+// of the input (count per chunk, then emit), COO indices and fp32 values.
+void BM_threshold(benchmark::State& state) {
+  gradzip::host exec;
+  const auto& g = gradzip_bench::gradient(static_cast<std::size_t>(state.range(0)));
+  std::vector<float> magnitudes(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) magnitudes[i] = std::abs(g[i]);
+  std::nth_element(magnitudes.begin(), magnitudes.begin() + g.size() / 100, magnitudes.end(), std::greater<>());
+  const gradzip::codec<gradzip::sparsify::threshold> c{gradzip::sparsify::threshold{magnitudes[g.size() / 100]}};
+  std::vector<std::byte> out(c.max_compressed_bytes<float>(g.size()));
+  exec.reserve(c.workspace_bytes<float>(exec, g.size()));
+  gradzip_bench::run_timed(state, exec, g.size() * sizeof(float), [&] {
+    benchmark::DoNotOptimize(c.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(out)));
+  });
 }
 
 // The baseline: the same selection (|x| descending, lower index first, indices sorted) by
@@ -76,6 +94,7 @@ void BM_decompress_add(benchmark::State& state) {
 
 BENCHMARK(BM_copy_roofline)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_topk_gradzip)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_threshold)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_topk_nth_element)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_decompress_add)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 

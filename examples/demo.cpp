@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -200,6 +201,15 @@ int main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
     rows.push_back(measure(name, topk_codec{gradzip::sparsify::topk::ratio(ratio)}, exec, g));
+  }
+  {
+    std::vector<float> magnitudes(n);
+    for (std::size_t i = 0; i < n; ++i) magnitudes[i] = std::abs(g[i]);
+    std::nth_element(magnitudes.begin(), magnitudes.begin() + n / 100, magnitudes.end(), std::greater<>());
+    const gz::sparsify::threshold cut{magnitudes[n / 100]};  // keeps about 1 %
+    rows.push_back(measure("threshold (tau at the top 1 %) + coo", gz::codec<gz::sparsify::threshold>{cut}, exec, g));
+    rows.push_back(measure("threshold (tau at the top 1 %) + uniform 8-bit",
+                           gz::codec<gz::sparsify::threshold, gz::quantize::uniform<8>>{cut}, exec, g));
   }
   rows.push_back(measure("randomk 1% (no indices on the wire)",
                          gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{

@@ -46,6 +46,7 @@
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
+#include "gradzip/sparsify/threshold.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -90,6 +91,14 @@ struct structure_params {
 /// implicit_backend<Exec>: runs an implicit-index structure's selection on an executor.
 template <class Exec>
 struct implicit_backend;
+
+/// Structures whose selected count depends on the data (threshold) set `data_dependent_count`:
+/// the codec asks their backend to `count` before it lays out the payload.
+template <class Structure, class = void>
+struct has_data_dependent_count : std::false_type {};
+template <class Structure>
+struct has_data_dependent_count<Structure, std::void_t<decltype(Structure::data_dependent_count)>>
+    : std::bool_constant<Structure::data_dependent_count> {};
 
 template <class Values, class = void>
 struct is_bucketed : std::false_type {};
@@ -237,6 +246,9 @@ class codec {
   /// Every element, in order (sparsify::none).
   static constexpr bool dense = !has_indices && !implicit_indices;
   static constexpr std::uint64_t structure_params_bytes = detail::structure_param_bytes<Structure>();
+  /// The selected count depends on the data (threshold): max_compressed_bytes is a bound and
+  /// compress returns the actual size.
+  static constexpr bool data_dependent_count = detail::has_data_dependent_count<Structure>::value;
   static constexpr bool bucketed = detail::is_bucketed<Values>::value;
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
   static constexpr std::uint64_t params_bytes =
@@ -303,7 +315,15 @@ class codec {
     static_assert(is_element_v<T>, "codec::compress: input must be float, double, __half or "
                                    "__nv_bfloat16");
     const std::uint64_t n = input.size();
-    const std::uint64_t k = structure_.selected_count(n);
+    std::uint64_t k = structure_.selected_count(n);
+    if constexpr (data_dependent_count) {
+      // Size the scratch for the whole call first: the count pass leaves per-chunk (per-tile)
+      // counts there for the selection, and a later growth would discard them.
+      exec.scratch(workspace_bytes<T>(exec, n));
+      GRADZIP_EXPECTS(out.size() >= layout(element_traits<T>::type, n, 0).total_bytes(),
+                      "compress: output buffer holds ", out.size(), " bytes, fewer than an empty payload");
+      k = detail::structure_backend<Exec, Structure>::count(exec, structure_, input);
+    }
     const wire::payload_layout l = layout(element_traits<T>::type, n, k);
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "compress: output buffer holds ", out.size(),
                     " bytes, the payload needs ", l.total_bytes());
@@ -528,6 +548,7 @@ class codec {
 }  // namespace gradzip
 
 #include "gradzip/detail/host/quantize.hpp"
+#include "gradzip/detail/host/threshold.hpp"
 
 namespace gradzip {
 namespace detail {

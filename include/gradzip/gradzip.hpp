@@ -30,6 +30,7 @@
 #include "gradzip/random/philox.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
+#include "gradzip/sparsify/threshold.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/checksum.hpp"
 #include "gradzip/wire/format.hpp"

@@ -292,6 +292,10 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::cast_fp8_e4m3>{gz::sparsify::topk::ratio(0.01)}, dev);
     check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                         gz::sparsify::randomk::ratio(0.01, 5)}, dev);
+    check_parity(g, gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.01}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::threshold, gz::quantize::uniform<4>>{gz::sparsify::threshold{0.001}}, dev);
+    check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.005}}, dev);
+    check_parity(converted<double>(g), gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.0}}, dev);
     check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::cast_bf16, gz::encode::none>{
                         gz::sparsify::randomk::count(1, 5)}, dev);
     // Decode on the device equals decode on the host.

@@ -177,4 +177,5 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/elementwise.cuh"
 #include "gradzip/detail/cuda/payload.cuh"
 #include "gradzip/detail/cuda/quantize.cuh"
+#include "gradzip/detail/cuda/threshold.cuh"
 #include "gradzip/detail/cuda/topk.cuh"

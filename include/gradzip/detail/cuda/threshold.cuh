@@ -1,0 +1,115 @@
+// structure_backend<cuda, sparsify::threshold>: known-threshold selection with compaction.
+//
+// Tiles of 256 threads x 16 elements: one kernel counts each tile's passing elements, a device
+// scan turns the counts into tile offsets (and the total), and the emit kernel writes each
+// tile's elements in index order (a block-wide exclusive scan of the flags per round of 256),
+// so the bytes equal the host's. The codec learns the count with one copy to the host: the
+// payload's size depends on it.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+
+namespace gradzip::detail {
+
+struct threshold_tiles {
+  static constexpr unsigned threads = 256;
+  static constexpr unsigned rounds = 16;
+  static constexpr std::uint64_t tile = threads * rounds;
+  static std::uint64_t count(std::uint64_t n) { return n == 0 ? 1 : (n + tile - 1) / tile; }
+};
+
+template <class T, class Tau>
+__global__ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t* tile_counts) {
+  using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
+  __shared__ typename reduce::TempStorage storage;
+  const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
+  unsigned kept = 0;
+  for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
+    const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
+    if (i < n && sparsify::detail::passes(to_float(x[i]), t)) ++kept;
+  }
+  const unsigned total = reduce(storage).Sum(kept);
+  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
+}
+
+/// total = offset + count of the last tile.
+__global__ inline void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* counts,
+                                              std::uint64_t tiles, std::uint64_t* total) {
+  *total = offsets[tiles - 1] + counts[tiles - 1];
+}
+
+template <class T, class Tau, class Sink>
+__global__ void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, const std::uint64_t* tile_offsets,
+                                      Sink sink) {
+  using scan = cub::BlockScan<unsigned, threshold_tiles::threads>;
+  __shared__ typename scan::TempStorage storage;
+  const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
+  std::uint64_t pos = tile_offsets[blockIdx.x];
+  for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
+    const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
+    const unsigned flag = i < n && sparsify::detail::passes(to_float(x[i]), t) ? 1u : 0u;
+    unsigned rank = 0, round_total = 0;
+    scan(storage).ExclusiveSum(flag, rank, round_total);
+    if (flag) sink(pos + rank, i, x[i]);
+    pos += round_total;
+    __syncthreads();  // the scan's storage is reused next round
+  }
+}
+
+template <>
+struct structure_backend<cuda, sparsify::threshold> {
+  /// Scratch: tile counts, tile offsets, the total, then CUB's scan storage.
+  template <class T>
+  static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
+    const std::uint64_t tiles = threshold_tiles::count(n);
+    return (2 * tiles + 1) * sizeof(std::uint64_t) + 256 + scan_bytes(exec, tiles);
+  }
+
+  template <class T>
+  static std::uint64_t count(cuda& exec, const sparsify::threshold& s, span<const T> x) {
+    const std::uint64_t tiles = threshold_tiles::count(x.size());
+    auto* counts = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size())));
+    std::uint64_t* offsets = counts + tiles;
+    std::uint64_t* total = offsets + tiles;
+    s.template visit_tau<T>([&](auto t) {
+      threshold_count_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+          x.data(), x.size(), t, counts);
+    });
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+    void* temp = reinterpret_cast<std::byte*>(total) + 256;
+    std::size_t temp_bytes = scan_bytes(exec, tiles);
+    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, tiles, exec.stream()));
+    threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(offsets, counts, tiles, total);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+    std::uint64_t k = 0;
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&k, total, sizeof k, cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();  // the payload's layout depends on k
+    return k;
+  }
+
+  template <class T, class Sink>
+  static void select(cuda& exec, const sparsify::threshold& s, span<const T> x, std::uint64_t,
+                     const Sink& sink) {
+    if (x.empty()) return;
+    const std::uint64_t tiles = threshold_tiles::count(x.size());
+    const auto* offsets = reinterpret_cast<const std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size()))) + tiles;
+    s.template visit_tau<T>([&](auto t) {
+      threshold_emit_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+          x.data(), x.size(), t, offsets, sink);
+    });
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+ private:
+  static std::size_t scan_bytes(cuda& exec, std::uint64_t tiles) {
+    std::size_t bytes = 0;
+    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const std::uint64_t*>(nullptr),
+                                                   static_cast<std::uint64_t*>(nullptr), tiles, exec.stream()));
+    return bytes;
+  }
+
+};
+
+}  // namespace gradzip::detail

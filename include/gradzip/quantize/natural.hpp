@@ -137,32 +137,43 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
     return {power_of_two || e == 127 ? e : e + 1};  // 2^128 is not a float: stay at 2^127
   }
 
+  /// Both rounding paths are computed in 32-bit integers and one is selected, so the host's
+  /// loop vectorizes; every comparison is exact (u < p as draw < p x 2^24 in integers).
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
-    const unsigned sign = v < 0.0f ? 1u : 0u;
-    const float a = fabsf(v);
-    if (r.top == poisoned || !(a > 0.0f)) return sign;
-    const std::uint64_t draw = random >> 8;  // u x 2^24
-    const detail::float_parts p = detail::split_float(a);
-    const int width = detail::floor_log2(p.mantissa);  // a = (2^width + frac) x 2^exponent
-    const std::int64_t lowest = static_cast<std::int64_t>(r.top) - exponent_codes + 1;  // c = 1
-    const std::int64_t e = static_cast<std::int64_t>(p.exponent) + width;             // floor log2 a
-    unsigned c;
-    if (e >= lowest) {  // between 2^e and 2^(e+1): up with probability frac / 2^width
-      const std::uint64_t frac = p.mantissa - (std::uint32_t{1} << width);
-      const bool up = (draw << width) < (frac << 24);
-      c = static_cast<unsigned>(e - lowest + 1) + (up ? 1u : 0u);
-      if (c > static_cast<unsigned>(exponent_codes)) c = exponent_codes;  // only above 2^127
-    } else {  // below 2^lowest: 2^lowest with probability a / 2^lowest, else 0
-      const std::int64_t shift = lowest - p.exponent - 24;  // a / 2^lowest = m / 2^(shift + 24)
-      bool up;
-      if (shift >= 0) {
-        up = (draw << (shift > 40 ? 40 : shift)) < p.mantissa;
-      } else {
-        up = draw < (static_cast<std::uint64_t>(p.mantissa) << -shift);
-      }
-      c = up ? 1u : 0u;
-    }
-    return (c << 1) | sign;
+    using gradzip::detail::select_bits;
+    const std::uint32_t sign = gradzip::detail::bit_cast<std::uint32_t>(v) >> 31;
+    const std::uint32_t a = gradzip::detail::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu;
+    const std::uint32_t draw = random >> 8;  // u x 2^24
+    // a = m x 2^E exactly (subnormals: no implicit bit), m < 2^24.
+    const bool subnormal = (a >> 23) == 0;
+    const std::uint32_t m = select_bits(subnormal, a, (a & 0x7FFFFFu) | 0x800000u);
+    const auto E = static_cast<std::int32_t>(select_bits(subnormal, static_cast<std::uint32_t>(-149),
+                                                         (a >> 23) - 150u));
+    // floor(log2 m) from float(m)'s exponent (exact: m < 2^24); m = 0 is handled at the end.
+    const std::int32_t width =
+        static_cast<std::int32_t>(gradzip::detail::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(m))) >> 23) - 127;
+    // A poisoned bucket's top would overflow the arithmetic below: use 0, its codes are zeroed.
+    const auto top = static_cast<std::int32_t>(select_bits(r.top == poisoned, 0u, static_cast<std::uint32_t>(r.top)));
+    const std::int32_t lowest = top - exponent_codes + 1;  // the exponent of code c = 1
+    const std::int32_t e = E + width;                        // floor(log2 a)
+    // In range: between 2^e and 2^(e+1), up with probability frac / 2^width.
+    const std::uint32_t frac = m - (std::uint32_t{1} << (width & 31));
+    const std::uint32_t up = static_cast<std::uint32_t>(draw < (frac << ((24 - width) & 31)));
+    const std::uint32_t in_range = static_cast<std::uint32_t>(e - lowest + 1) + up;
+    const std::uint32_t c_in_range = select_bits(in_range > static_cast<std::uint32_t>(exponent_codes),
+                                                 static_cast<std::uint32_t>(exponent_codes), in_range);
+    // Below range: 2^lowest with probability a / 2^lowest = m / 2^(shift + 24), else 0:
+    // draw < ceil(m / 2^shift) (shift >= 0) or draw < m x 2^-shift (shift < 0).
+    const std::int32_t shift = lowest - E - 24;
+    const std::uint32_t right = static_cast<std::uint32_t>(shift) & 31;
+    const std::uint32_t rounded_up = (m + ((std::uint32_t{1} << right) - 1u)) >> right;
+    const std::uint32_t scaled = select_bits(shift >= 0, rounded_up, m << (static_cast<std::uint32_t>(-shift) & 31));
+    const std::uint32_t bound = select_bits(shift >= 24, static_cast<std::uint32_t>(m != 0), scaled);
+    const std::uint32_t c_below = static_cast<std::uint32_t>(draw < bound);
+    const std::uint32_t c = select_bits(e >= lowest, c_in_range, c_below);
+    // Zero (either sign) is sent as +0; a poisoned bucket's codes are zero too.
+    const bool zero = (r.top == poisoned) | (a == 0) | (a >= 0x7F800000u);  // | not ||: no branch
+    return select_bits(zero, 0u, (c << 1) | sign);
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

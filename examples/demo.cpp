@@ -211,6 +211,8 @@ int main(int argc, char** argv) {
     rows.push_back(measure("threshold (tau at the top 1 %) + uniform 8-bit",
                            gz::codec<gz::sparsify::threshold, gz::quantize::uniform<8>>{cut}, exec, g));
   }
+  rows.push_back(measure("blockwise topk 10 of every 1024 + coo",
+                         gz::codec<gz::sparsify::blockwise_topk>{gz::sparsify::blockwise_topk{1024, 10}}, exec, g));
   rows.push_back(measure("randomk 1% (no indices on the wire)",
                          gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                              gz::sparsify::randomk::ratio(0.01, seed)},

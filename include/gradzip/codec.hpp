@@ -44,6 +44,7 @@
 #include "gradzip/quantize/sign.hpp"
 #include "gradzip/quantize/terngrad.hpp"
 #include "gradzip/quantize/uniform.hpp"
+#include "gradzip/sparsify/blockwise_topk.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
 #include "gradzip/sparsify/threshold.hpp"
@@ -549,6 +550,7 @@ class codec {
 
 #include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/detail/host/threshold.hpp"
+#include "gradzip/detail/host/blockwise_topk.hpp"
 
 namespace gradzip {
 namespace detail {

@@ -28,6 +28,7 @@
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/random/hash.hpp"
 #include "gradzip/random/philox.hpp"
+#include "gradzip/sparsify/blockwise_topk.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
 #include "gradzip/sparsify/threshold.hpp"

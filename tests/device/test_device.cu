@@ -293,6 +293,10 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                         gz::sparsify::randomk::ratio(0.01, 5)}, dev);
     check_parity(g, gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.01}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::blockwise_topk>{gz::sparsify::blockwise_topk{1024, 10}}, dev);
+    check_parity(converted<double>(g), gz::codec<gz::sparsify::blockwise_topk>{gz::sparsify::blockwise_topk{4096, 41}}, dev);
+    check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::blockwise_topk, gz::quantize::qsgd<7>>{
+                        gz::sparsify::blockwise_topk{100, 3}, gz::quantize::qsgd<7>{3}}, dev);
     check_parity(g, gz::codec<gz::sparsify::threshold, gz::quantize::uniform<4>>{gz::sparsify::threshold{0.001}}, dev);
     check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.005}}, dev);
     check_parity(converted<double>(g), gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.0}}, dev);

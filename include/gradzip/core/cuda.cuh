@@ -177,5 +177,6 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/elementwise.cuh"
 #include "gradzip/detail/cuda/payload.cuh"
 #include "gradzip/detail/cuda/quantize.cuh"
+#include "gradzip/detail/cuda/blockwise_topk.cuh"
 #include "gradzip/detail/cuda/threshold.cuh"
 #include "gradzip/detail/cuda/topk.cuh"

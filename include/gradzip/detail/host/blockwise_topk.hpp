@@ -1,0 +1,57 @@
+// structure_backend<host, sparsify::blockwise_topk>: blocks in parallel chunks, each by
+// nth_element over its magnitude keys, then an ordered emit.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/sparsify/blockwise_topk.hpp"
+
+namespace gradzip::detail {
+
+template <>
+struct structure_backend<host, sparsify::blockwise_topk> {
+  /// One block's keys per chunk.
+  template <class T>
+  static std::size_t workspace_bytes(host& exec, std::size_t n) {
+    return chunk_count(exec, n, 1) * sparsify::blockwise_topk::max_block * sizeof(key_type_t<T>);
+  }
+
+  template <class T, class Sink>
+  static void select(host& exec, const sparsify::blockwise_topk& s, span<const T> x, std::uint64_t,
+                     const Sink& sink) {
+    using key = key_type_t<T>;
+    const std::uint64_t n = x.size(), blocks = s.block_count(n);
+    const std::size_t chunks = chunk_count(exec, n, 1);
+    auto* scratch = reinterpret_cast<key*>(exec.scratch(workspace_bytes<T>(exec, n)));
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      key* keys = scratch + c * sparsify::blockwise_topk::max_block;
+      const index_range mine = chunk_of(blocks, chunks, c);
+      const Sink local = sink;
+      for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
+        const std::uint64_t begin = b * s.block();
+        const std::uint64_t length = std::min<std::uint64_t>(s.block(), n - begin);
+        const std::uint64_t kept = s.kept_in_block(n, b);
+        for (std::uint64_t i = 0; i < length; ++i) keys[i] = magnitude_key(x[begin + i]);
+        std::nth_element(keys, keys + (kept - 1), keys + length, [](key a, key b2) { return a > b2; });
+        const key cut = keys[kept - 1];
+        std::uint64_t above = 0;
+        for (std::uint64_t i = 0; i < length; ++i) above += magnitude_key(x[begin + i]) > cut ? 1 : 0;
+        std::uint64_t ties = kept - above;  // keys equal to the cut, taken from the lowest index
+        std::uint64_t pos = b * s.per_block();
+        for (std::uint64_t i = 0; i < length; ++i) {
+          const key k = magnitude_key(x[begin + i]);
+          if (k > cut || (k == cut && ties > 0)) {
+            if (k == cut) --ties;
+            local(pos++, begin + i, x[begin + i]);
+          }
+        }
+      }
+    });
+  }
+};
+
+}  // namespace gradzip::detail

@@ -14,10 +14,10 @@ namespace gradzip::detail {
 
 template <>
 struct structure_backend<host, sparsify::blockwise_topk> {
-  /// One block's keys per chunk.
+  /// Two arrays of one block's keys per chunk: the keys in index order, and a copy to select in.
   template <class T>
   static std::size_t workspace_bytes(host& exec, std::size_t n) {
-    return chunk_count(exec, n, 1) * sparsify::blockwise_topk::max_block * sizeof(key_type_t<T>);
+    return chunk_count(exec, n, 1) * 2 * sparsify::blockwise_topk::max_block * sizeof(key_type_t<T>);
   }
 
   template <class T, class Sink>
@@ -28,25 +28,28 @@ struct structure_backend<host, sparsify::blockwise_topk> {
     const std::size_t chunks = chunk_count(exec, n, 1);
     auto* scratch = reinterpret_cast<key*>(exec.scratch(workspace_bytes<T>(exec, n)));
     for_each_chunk(exec, chunks, [&](std::size_t c) {
-      key* keys = scratch + c * sparsify::blockwise_topk::max_block;
+      key* keys = scratch + c * 2 * sparsify::blockwise_topk::max_block;
+      key* work = keys + sparsify::blockwise_topk::max_block;
       const index_range mine = chunk_of(blocks, chunks, c);
       const Sink local = sink;
+      const T* data = x.data();
       for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
         const std::uint64_t begin = b * s.block();
         const std::uint64_t length = std::min<std::uint64_t>(s.block(), n - begin);
         const std::uint64_t kept = s.kept_in_block(n, b);
-        for (std::uint64_t i = 0; i < length; ++i) keys[i] = magnitude_key(x[begin + i]);
-        std::nth_element(keys, keys + (kept - 1), keys + length, [](key a, key b2) { return a > b2; });
-        const key cut = keys[kept - 1];
+        for (std::uint64_t i = 0; i < length; ++i) keys[i] = magnitude_key(data[begin + i]);
+        std::copy(keys, keys + length, work);
+        std::nth_element(work, work + (kept - 1), work + length, [](key l, key r) { return l > r; });
+        const key cut = work[kept - 1];
         std::uint64_t above = 0;
-        for (std::uint64_t i = 0; i < length; ++i) above += magnitude_key(x[begin + i]) > cut ? 1 : 0;
+        for (std::uint64_t i = 0; i < length; ++i) above += keys[i] > cut ? 1 : 0;
         std::uint64_t ties = kept - above;  // keys equal to the cut, taken from the lowest index
         std::uint64_t pos = b * s.per_block();
         for (std::uint64_t i = 0; i < length; ++i) {
-          const key k = magnitude_key(x[begin + i]);
-          if (k > cut || (k == cut && ties > 0)) {
-            if (k == cut) --ties;
-            local(pos++, begin + i, x[begin + i]);
+          const bool tie = keys[i] == cut && ties > 0;
+          if (keys[i] > cut || tie) {
+            ties -= tie ? 1 : 0;
+            local(pos++, begin + i, data[begin + i]);
           }
         }
       }

@@ -253,8 +253,8 @@ class codec {
   static constexpr bool bucketed = detail::is_bucketed<Values>::value;
   /// Parameters section: the selected count (u64), then each stage's parameter bytes.
   static constexpr std::uint64_t params_bytes =
-      8 + detail::structure_param_bytes<Structure>() + Values::param_bytes + Indices::param_bytes;
-  static constexpr std::uint64_t values_params_at = 8 + detail::structure_param_bytes<Structure>();
+      8 + structure_params_bytes + Values::param_bytes + Indices::param_bytes;
+  static constexpr std::uint64_t values_params_at = 8 + structure_params_bytes;
   static constexpr std::uint64_t indices_params_at = values_params_at + Values::param_bytes;
   static constexpr std::uint32_t section_count = 2 + (has_indices ? 1 : 0) + (bucketed ? 1 : 0);
   /// Whether decoding must check each element (its index, or its value's code) before writing.
@@ -280,8 +280,8 @@ class codec {
     return l;
   }
 
-  /// The payload bytes for n elements of type T: exact for every stage so far (a stage with a
-  /// data-dependent size will make it an upper bound).
+  /// The payload bytes for n elements of type T: exact, except for a data-dependent count
+  /// (threshold), where it is the bound for all n elements and compress returns the size.
   template <class T>
   std::size_t max_compressed_bytes(std::size_t n) const {
     return layout(element_traits<T>::type, n, structure_.selected_count(n)).total_bytes();

@@ -38,10 +38,11 @@ inline std::vector<std::uint64_t> payload_indices(const std::vector<std::byte>& 
 }
 
 template <class Codec, class T>
-std::vector<std::byte> compress(const Codec& c, gradzip::host& exec, const std::vector<T>& x) {
+std::vector<std::byte> compress(const Codec& c, gradzip::host& exec, const std::vector<T>& x,
+                                gradzip::quantize::compress_context ctx = {}) {
   std::vector<std::byte> out(c.template max_compressed_bytes<T>(x.size()));
   const std::size_t bytes = c.compress(exec, gradzip::span<const T>(x.data(), x.size()),
-                                       gradzip::span<std::byte>(out));
+                                       gradzip::span<std::byte>(out), ctx);
   out.resize(bytes);
   return out;
 }

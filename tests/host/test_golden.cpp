@@ -65,11 +65,8 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
 
   {
     using q2 = quantize::uniform<2, quantize::rounding::stochastic, 64>;
-    const codec<sparsify::none, q2, encode::none> c{{}, q2{99}};
-    const auto x = golden_input<float>(150, 8);
-    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
-    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {3, 4}));
-    check_golden("dense_uniform2_stochastic_f32_n150.grdz", out);
+    check_golden("dense_uniform2_stochastic_f32_n150.grdz", test::compress(codec<sparsify::none, q2, encode::none>{{}, q2{99}}, exec,
+                                          golden_input<float>(150, 8), {3, 4}));
   }
   check_golden("dense_uniform4_f32_n1000.grdz",
                test::compress(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec,
@@ -77,11 +74,8 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
 
   {
     using q = quantize::qsgd<7>;
-    const codec<sparsify::none, q, encode::none> c{{}, q{5}};
-    const auto x = golden_input<float>(300, 10);
-    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
-    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {1, 2}));
-    check_golden("dense_qsgd7_f32_n300.grdz", out);
+    check_golden("dense_qsgd7_f32_n300.grdz", test::compress(codec<sparsify::none, q, encode::none>{{}, q{5}}, exec,
+                                          golden_input<float>(300, 10), {1, 2}));
   }
   check_golden("dense_scaled_sign_f32_n600.grdz",
                test::compress(codec<sparsify::none, quantize::scaled_sign, encode::none>{}, exec,
@@ -89,11 +83,8 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
 
   {
     using t = quantize::terngrad<true, 64>;
-    const codec<sparsify::none, t, encode::none> c{{}, t{8}};
-    const auto x = golden_input<float>(200, 12);
-    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
-    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {2, 1}));
-    check_golden("dense_terngrad_clip_f32_n200.grdz", out);
+    check_golden("dense_terngrad_clip_f32_n200.grdz", test::compress(codec<sparsify::none, t, encode::none>{{}, t{8}}, exec,
+                                          golden_input<float>(200, 12), {2, 1}));
   }
   check_golden("dense_onebit_f32_n700.grdz",
                test::compress(codec<sparsify::none, quantize::onebit<>, encode::none>{}, exec,
@@ -104,11 +95,8 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                               golden_input<float>(77, 14)));
   {
     using nat = quantize::natural<8, 64>;
-    const codec<sparsify::none, nat, encode::none> c{{}, nat{6}};
-    const auto x = golden_input<float>(130, 15);
-    std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
-    out.resize(c.compress(exec, span<const float>(x), span<std::byte>(out), {4, 3}));
-    check_golden("dense_natural8_f32_n130.grdz", out);
+    check_golden("dense_natural8_f32_n130.grdz", test::compress(codec<sparsify::none, nat, encode::none>{{}, nat{6}}, exec,
+                                          golden_input<float>(130, 15), {4, 3}));
   }
 
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;

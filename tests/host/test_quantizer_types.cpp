@@ -24,9 +24,7 @@ std::vector<T> converted(const std::vector<float>& x) {
 
 template <class Codec, class T>
 std::vector<std::byte> payload_of(const Codec& c, host& exec, const std::vector<T>& x) {
-  std::vector<std::byte> p(c.template max_compressed_bytes<T>(x.size()));
-  p.resize(c.compress(exec, span<const T>(x), span<std::byte>(p), {6, 1}));
-  return p;
+  return test::compress(c, exec, x, {6, 1});
 }
 
 template <class Codec, class T>

@@ -7,7 +7,8 @@
  * commutative bit for bit: sums, minima, maxima). The order is fixed by the format, not by the
  * launch: lane j of 32 accumulates values j, j + 32, j + 64, ... of the bucket in order, then
  * the 32 partials merge in an xor butterfly (offsets 16, 8, 4, 2, 1). A CUDA warp does exactly
- * this with `__shfl_xor_sync`; `canonical_bucket_stats` replays the same tree on the host, so
+ * this with `__shfl_xor_sync`; the host's `detail::bucket_statistics`
+ * (detail/host/quantize.hpp) replays the same tree, so
  * sums (norms, means) agree bit for bit.
  */
 #pragma once
@@ -141,21 +142,5 @@ struct sum_and_flag {
     s.v[1] = non_finite_flag(s.v[1], v);
   }
 };
-
-/// Host replay of the warp's order for values x[begin .. end).
-template <class Values, class T>
-bucket_stats canonical_bucket_stats(const T* x, std::uint64_t begin, std::uint64_t end) {
-  bucket_stats lane[32];
-  for (auto& s : lane) s = Values::empty_stats();
-  for (std::uint64_t j = begin; j < end; ++j) {
-    Values::add(lane[(j - begin) % 32], static_cast<float>(to_float(x[j])));
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    bucket_stats next[32];
-    for (int l = 0; l < 32; ++l) next[l] = Values::merge(lane[l], lane[l ^ offset]);
-    for (int l = 0; l < 32; ++l) lane[l] = next[l];
-  }
-  return lane[0];
-}
 
 }  // namespace gradzip::quantize

@@ -53,6 +53,23 @@ void BM_threshold(benchmark::State& state) {
   });
 }
 
+// DGC's sampled top-k at 1 %: a 1 % sample, a histogram round, then the threshold passes.
+void BM_sampled_topk(benchmark::State& state) {
+  gradzip::host exec;
+  const auto& g = gradzip_bench::gradient(static_cast<std::size_t>(state.range(0)));
+  const gradzip::codec<gradzip::sparsify::sampled_topk> c{gradzip::sparsify::sampled_topk::ratio(0.01)};
+  std::vector<std::byte> out(c.max_compressed_bytes<float>(g.size()));
+  exec.reserve(c.workspace_bytes<float>(exec, g.size()));
+  std::size_t bytes = 0;
+  gradzip_bench::run_timed(state, exec, g.size() * sizeof(float), [&] {
+    bytes = c.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(out));
+    benchmark::DoNotOptimize(bytes);
+  });
+  const auto h = gradzip::wire::read_header(gradzip::span<const std::byte>(out.data(), bytes));
+  const auto kept = gradzip::wire::detail::load_le(reinterpret_cast<const std::uint8_t*>(out.data()) + h.sections[0].offset, 8);
+  state.counters["kept_over_k"] = static_cast<double>(kept) / static_cast<double>(c.structure().target_count(g.size()));
+}
+
 // The baseline: the same selection (|x| descending, lower index first, indices sorted) by
 // std::nth_element over (key, index) pairs, then a sort of the k chosen indices.
 void BM_topk_nth_element(benchmark::State& state) {
@@ -95,6 +112,7 @@ void BM_decompress_add(benchmark::State& state) {
 BENCHMARK(BM_copy_roofline)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_topk_gradzip)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_threshold)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_sampled_topk)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_topk_nth_element)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_decompress_add)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -34,7 +34,7 @@
 #include "gradzip/detail/host/topk.hpp"
 #include "gradzip/detail/values.hpp"
 #include "gradzip/detail/host/parallel.hpp"
-#include "gradzip/encode/coo.hpp"
+#include "gradzip/encode/automatic.hpp"
 #include "gradzip/encode/none.hpp"
 #include "gradzip/quantize/cast.hpp"
 #include "gradzip/quantize/natural.hpp"
@@ -47,6 +47,7 @@
 #include "gradzip/sparsify/blockwise_topk.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
+#include "gradzip/sparsify/sampled_topk.hpp"
 #include "gradzip/sparsify/threshold.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
@@ -60,7 +61,9 @@ namespace detail {
 struct payload_view {
   wire::header header;
   std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
-  int index_width = 0;      // 0 when the payload has no indices section
+  int index_width = 0;      // COO's index width or delta-varint's gap width (encode::width_of)
+  std::uint8_t index_encoding = 0;  // concrete encoding: encode::coo/bitmap/delta_varint::id, 0 for none
+  std::uint64_t index_bytes = 0;    // size of the indices section
   const std::uint8_t* structure_params = nullptr;  // implicit-index structures (random-k)
   const std::uint8_t* indices = nullptr;
   const std::uint8_t* scales = nullptr;  // bucketed values stages only
@@ -84,9 +87,12 @@ constexpr std::uint64_t structure_param_bytes() {
   }
 }
 
-/// A structure stage's parameter bytes, made on the host and passed by value to the device.
-struct structure_params {
-  std::uint8_t bytes[24] = {};
+/// What compress decides on the host before the frame is written, passed by value to the
+/// device: the structure stage's parameter bytes (random-k) and the concrete index encoding
+/// (encode::automatic's choice).
+struct frame_params {
+  std::uint8_t structure[24] = {};
+  std::uint8_t index_encoding = 0;
 };
 
 /// implicit_backend<Exec>: runs an implicit-index structure's selection on an executor.
@@ -199,13 +205,13 @@ template <>
 struct implicit_backend<host> {
   /// sink(j, index_of(j), x[index_of(j)]) for j < k, in parallel chunks.
   template <class Structure, class T, class Sink>
-  static void select(host& exec, const structure_params& sp, span<const T> x, std::uint64_t k,
+  static void select(host& exec, const frame_params& sp, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
     const std::size_t chunks = chunk_count(exec, k);
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range r = chunk_of(k, chunks, c);
       for (std::uint64_t j = r.begin; j < r.end; ++j) {
-        const std::uint64_t i = Structure::index_of(sp.bytes, x.size(), k, j);
+        const std::uint64_t i = Structure::index_of(sp.structure, x.size(), k, j);
         sink(j, i, x[i]);
       }
     });
@@ -215,6 +221,11 @@ struct implicit_backend<host> {
 /// payload_backend<Exec>: writing a payload's frame and decoding payloads on an executor.
 template <class Exec>
 struct payload_backend;
+
+/// index_encoder<Exec>: choosing, sizing and writing a staged index encoding from sorted
+/// indices in scratch (host: detail/host/encode.hpp, CUDA: detail/cuda/encode.cuh).
+template <class Exec>
+struct index_encoder;
 
 }  // namespace detail
 
@@ -259,6 +270,9 @@ class codec {
   static constexpr std::uint32_t section_count = 2 + (has_indices ? 1 : 0) + (bucketed ? 1 : 0);
   /// Whether decoding must check each element (its index, or its value's code) before writing.
   static constexpr bool checks_elements = has_indices || detail::needs_code_check<Values>::value;
+  /// Compress collects indices (and values) in scratch before encoding them: every indices
+  /// stage but COO, whose indices go straight into the payload.
+  static constexpr bool staged = has_indices && Indices::staged;
 
   constexpr codec() = default;
   explicit constexpr codec(Structure s, Values v = {}, Indices i = {})
@@ -266,11 +280,22 @@ class codec {
 
   const Structure& structure() const noexcept { return structure_; }
 
-  /// The payload layout for n elements of type `type` with k selected.
+  /// The payload layout for n elements of type `type` with k selected, its indices section
+  /// (if any) the largest the indices stage writes (exact but for delta-varint and automatic).
   static wire::payload_layout layout(element_type type, std::uint64_t n, std::uint64_t k) {
+    if constexpr (has_indices) {
+      return layout(type, n, k, encode::max_section_bytes<Indices>(k, n));
+    } else {
+      return layout(type, n, k, 0);
+    }
+  }
+
+  /// The payload layout with an indices section of `index_bytes` bytes.
+  static wire::payload_layout layout(element_type type, std::uint64_t /*n*/, std::uint64_t k,
+                                     std::uint64_t index_bytes) {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
-    if constexpr (has_indices) l.add(wire::tag::indices, Indices::section_bytes(k, n));
+    if constexpr (has_indices) l.add(wire::tag::indices, index_bytes);
     if constexpr (bucketed) {
       l.add(wire::tag::scales, Values::scales_bytes(k));
       l.add(wire::tag::values, Values::codes_bytes(k));
@@ -281,7 +306,8 @@ class codec {
   }
 
   /// The payload bytes for n elements of type T: exact, except for a data-dependent count
-  /// (threshold), where it is the bound for all n elements and compress returns the size.
+  /// (threshold: the bound for all n elements) or a data-dependent index encoding
+  /// (delta-varint, automatic: the bound for the worst gaps); compress returns the size.
   template <class T>
   std::size_t max_compressed_bytes(std::size_t n) const {
     return layout(element_traits<T>::type, n, structure_.selected_count(n)).total_bytes();
@@ -295,7 +321,9 @@ class codec {
       return 0;  // the selection needs no scratch
     } else {
       const std::size_t structure = detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
-      if constexpr (has_indices && bucketed) {
+      if constexpr (staged) {
+        return staging_of<T>(exec, structure, structure_.selected_count(n)).total;
+      } else if constexpr (has_indices && bucketed) {
         return value_scratch_offset(structure) + structure_.selected_count(n) * sizeof(float);
       } else {
         return structure;
@@ -325,12 +353,49 @@ class codec {
                       "compress: output buffer holds ", out.size(), " bytes, fewer than an empty payload");
       k = detail::structure_backend<Exec, Structure>::count(exec, structure_, input);
     }
+    if constexpr (staged) {
+      return compress_staged(exec, input, out, ctx, k);
+    } else {
+      return compress_direct(exec, input, out, ctx, k);
+    }
+  }
+
+  template <class Exec, class T>
+  std::size_t compress(Exec& exec, span<T> input, span<std::byte> out,
+                       quantize::compress_context ctx = {}) const {
+    return compress(exec, span<const T>(input), out, ctx);
+  }
+
+  /**
+   * accum <- accum + alpha * decode(payload), in one pass over the payload. The payload is
+   * validated first (header, sections, parameters, every index in range and strictly
+   * increasing, every code one the values stage writes), so a bad payload changes nothing. Payloads of any element type decode into any
+   * accumulator type. On CUDA, errors surface through `exec.check()`.
+   */
+  template <class Exec, class T>
+  void decompress_add(Exec& exec, span<const std::byte> payload, span<T> accum,
+                      float alpha = 1.0f) const {
+    detail::payload_backend<Exec>::decode(exec, *this, payload, accum, alpha, false);
+  }
+
+  /// dense_out <- decode(payload): every element written (zeros where a sparsifier sent none).
+  template <class Exec, class T>
+  void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {
+    detail::payload_backend<Exec>::decode(exec, *this, payload, dense_out, 1.0f, true);
+  }
+
+ private:
+  /// Compress when the selection writes straight into the payload (no staged index encoding).
+  template <class Exec, class T>
+  std::size_t compress_direct(Exec& exec, span<const T> input, span<std::byte> out,
+                              quantize::compress_context ctx, std::uint64_t k) const {
+    const std::uint64_t n = input.size();
     const wire::payload_layout l = layout(element_traits<T>::type, n, k);
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "compress: output buffer holds ", out.size(),
                     " bytes, the payload needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    detail::structure_params sp;
-    if constexpr (implicit_indices) structure_.write_params(sp.bytes, ctx);
+    detail::frame_params sp;
+    if constexpr (implicit_indices) structure_.write_params(sp.structure, ctx);
     detail::payload_backend<Exec>::write_frame(exec, *this, base, l, element_traits<T>::type, n, k, sp);
     std::uint8_t* indices = has_indices ? base + l.at(1).offset : nullptr;
     std::uint8_t* values = base + l.at(section_count - 1).offset;
@@ -358,52 +423,36 @@ class codec {
     return l.total_bytes();
   }
 
-  template <class Exec, class T>
-  std::size_t compress(Exec& exec, span<T> input, span<std::byte> out,
-                       quantize::compress_context ctx = {}) const {
-    return compress(exec, span<const T>(input), out, ctx);
-  }
-
-  /**
-   * accum <- accum + alpha * decode(payload), in one pass over the payload. The payload is
-   * validated first (header, sections, parameters, every index in range and strictly
-   * increasing, every code one the values stage writes), so a bad payload changes nothing. Payloads of any element type decode into any
-   * accumulator type. On CUDA, errors surface through `exec.check()`.
-   */
-  template <class Exec, class T>
-  void decompress_add(Exec& exec, span<const std::byte> payload, span<T> accum,
-                      float alpha = 1.0f) const {
-    detail::payload_backend<Exec>::decode(exec, *this, payload, accum, alpha, false);
-  }
-
-  /// dense_out <- decode(payload): every element written (zeros where a sparsifier sent none).
-  template <class Exec, class T>
-  void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {
-    detail::payload_backend<Exec>::decode(exec, *this, payload, dense_out, 1.0f, true);
-  }
-
+ public:
   /// Writes the header, the parameters and all padding of a payload (host or device code).
   GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* out, const wire::payload_layout& l,
                                               element_type type, std::uint64_t n, std::uint64_t k,
-                                              const detail::structure_params& sp) {
+                                              const detail::frame_params& sp) {
     wire::write_header(out, l, type, id, n);
     std::uint8_t* params = out + l.at(0).offset;
     for (std::uint64_t i = 0; i < params_bytes; ++i) params[i] = 0;
     wire::detail::store_le(params, k, 8);
     if constexpr (implicit_indices) {
-      for (std::uint64_t i = 0; i < structure_params_bytes; ++i) params[8 + i] = sp.bytes[i];
+      for (std::uint64_t i = 0; i < structure_params_bytes; ++i) params[8 + i] = sp.structure[i];
     }
     Values::write_params(params + values_params_at);
-    Indices::write_params(params + indices_params_at, n);
+    if constexpr (std::is_same_v<Indices, encode::automatic>) {
+      encode::automatic::write_params(params + indices_params_at, n, sp.index_encoding);
+    } else {
+      Indices::write_params(params + indices_params_at, n);
+    }
     wire::zero_section_padding(out, l);
   }
 
-  /// Index width in bytes for n elements (0 without an indices section).
+  /// Width in bytes of the indices compress's selection writes for n elements: COO's width
+  /// into the payload, 8 into scratch for a staged encoding, 0 without indices.
   GRADZIP_HOST_DEVICE static int index_width(std::uint64_t n) {
-    if constexpr (has_indices) {
-      return Indices::index_width(n);
-    } else {
+    if constexpr (!has_indices) {
       return 0;
+    } else if constexpr (Indices::staged) {
+      return 8;
+    } else {
+      return Indices::index_width(n);
     }
   }
 
@@ -445,11 +494,16 @@ class codec {
     if (!s.ok()) return s;
     s = Indices::check_params(params + indices_params_at, h.element_count, params_at + indices_params_at);
     if (!s.ok()) return s;
-    v.index_width = index_width(h.element_count);
-    std::uint64_t index_bytes = 0, value_bytes = 0;
-    if (!wire::detail::checked_mul(v.count, static_cast<std::uint64_t>(v.index_width), index_bytes) ||
-        !value_section_bytes(v.count, h.type, value_bytes)) {
+    std::uint64_t value_bytes = 0;
+    if (!value_section_bytes(v.count, h.type, value_bytes)) {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
+    }
+    if constexpr (has_indices) {
+      v.index_encoding = encode::encoding_of<Indices>(params + indices_params_at);
+      v.index_width = encode::width_of(v.index_encoding, h.element_count);
+      v.index_bytes = h.sections[1].size;
+      s = encode::check_section_size(v.index_encoding, v.count, h.element_count, v.index_bytes, 1);
+      if (!s.ok()) return s;
     }
     if constexpr (bucketed) {  // count <= n < 2^64 / 8 after the checks above: no overflow here
       const std::uint32_t scales_at = section_count - 2;
@@ -460,9 +514,6 @@ class codec {
       v.scales = bytes + h.sections[scales_at].offset;
     }
     const std::uint32_t values_at = section_count - 1;
-    if (has_indices && h.sections[1].size != index_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, index_bytes);
-    }
     if (h.sections[values_at].size != value_bytes) {
       return wire::fail(wire::format_errc::bad_section_size, values_at, h.sections[values_at].size,
                         value_bytes);
@@ -488,8 +539,8 @@ class codec {
 
   /// The tensor index of payload element j (its own position for a dense structure).
   GRADZIP_HOST_DEVICE static std::uint64_t index_at(const detail::payload_view& v, std::uint64_t j) {
-    if constexpr (has_indices) {
-      return Indices::load(v.indices, v.index_width, j);
+    if constexpr (has_indices) {  // COO only: the other encodings are read by their decoders
+      return encode::coo::load(v.indices, v.index_width, j);
     } else if constexpr (implicit_indices) {
       return Structure::index_of(v.structure_params, v.header.element_count, v.count, j);
     } else {
@@ -508,10 +559,12 @@ class codec {
     return check_position(v, j);
   }
 
-  /// The index half of `check_index`: element j's index is below n and above index j - 1.
+  /// The index half of `check_index`: element j's index is below n and above index j - 1 (COO;
+  /// the bitmap and delta-varint decoders check their own indices as they read them).
   GRADZIP_HOST_DEVICE static wire::status check_position(const detail::payload_view& v,
                                                          std::uint64_t j) {
     if constexpr (!has_indices) return {};
+    if (v.index_encoding != encode::coo::id) return {};
     const std::uint64_t index = index_at(v, j);
     if (index >= v.header.element_count) {
       return wire::fail(wire::format_errc::index_out_of_range, j, index, v.header.element_count);
@@ -524,6 +577,65 @@ class codec {
   }
 
  private:
+  /// Where compress_staged keeps things in scratch, after the structure stage's own scratch:
+  /// k indices (u64), k staged values, and the index encoder's scratch.
+  struct staging {
+    std::size_t indices = 0, values = 0, encoder = 0, total = 0;
+  };
+
+  template <class T, class Exec>
+  static staging staging_of(Exec& exec, std::size_t structure_bytes, std::uint64_t k) {
+    const auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    staging s;
+    s.indices = up(structure_bytes);
+    s.values = up(s.indices + k * 8);
+    std::size_t value_bytes = k * sizeof(float);  // floats for a bucketed stage to encode
+    if constexpr (!bucketed) value_bytes = k * Values::value_size(element_traits<T>::type);
+    s.encoder = up(s.values + value_bytes);
+    s.total = s.encoder + detail::index_encoder<Exec>::workspace_bytes(exec, k);
+    return s;
+  }
+
+  /// Compress for a staged index encoding: the selection writes indices and values into
+  /// scratch, the encoding is chosen and sized, then the frame, indices and values are written.
+  template <class Exec, class T>
+  std::size_t compress_staged(Exec& exec, span<const T> input, span<std::byte> out,
+                              quantize::compress_context ctx, std::uint64_t k) const {
+    using structure_run = detail::structure_backend<Exec, Structure>;
+    using encoder = detail::index_encoder<Exec>;
+    const std::uint64_t n = input.size();
+    const element_type type = element_traits<T>::type;
+    const staging at = staging_of<T>(exec, structure_run::template workspace_bytes<T>(exec, n), k);
+    std::byte* scratch = exec.scratch(at.total);
+    auto* idx = reinterpret_cast<std::uint8_t*>(scratch + at.indices);
+    auto* staged_values = reinterpret_cast<std::uint8_t*>(scratch + at.values);
+    if constexpr (bucketed) {
+      structure_run::select(exec, structure_, input, k,
+                            detail::split_sink<T, encode::coo>{idx, 8, reinterpret_cast<float*>(staged_values)});
+    } else {
+      structure_run::select(exec, structure_, input, k,
+                            detail::payload_sink<T, Values, encode::coo>{idx, 8, staged_values});
+    }
+    const auto* sorted = reinterpret_cast<const std::uint64_t*>(idx);
+    detail::frame_params fp;
+    const std::uint64_t index_bytes =
+        encoder::template plan<Indices>(exec, sorted, k, n, scratch + at.encoder, fp.index_encoding);
+    const wire::payload_layout l = layout(type, n, k, index_bytes);
+    GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "compress: output buffer holds ", out.size(),
+                    " bytes, the payload needs ", l.total_bytes());
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    detail::payload_backend<Exec>::write_frame(exec, *this, base, l, type, n, k, fp);
+    encoder::encode(exec, fp.index_encoding, sorted, k, n, scratch + at.encoder, base + l.at(1).offset);
+    if constexpr (bucketed) {
+      detail::values_backend<Exec>::encode_buckets(
+          exec, values_, reinterpret_cast<const float*>(staged_values), k, base + l.at(2).offset,
+          base + l.at(3).offset, detail::stored_index<encode::coo>{idx, 8}, ctx);
+    } else {
+      encoder::copy(exec, base + l.at(2).offset, staged_values, k * Values::value_size(type));
+    }
+    return l.total_bytes();
+  }
+
   /// Bytes of the values section for `count` values, false on overflow.
   GRADZIP_HOST_DEVICE static bool value_section_bytes(std::uint64_t count, element_type type,
                                                       std::uint64_t& out) {
@@ -550,7 +662,9 @@ class codec {
 
 #include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/detail/host/threshold.hpp"
+#include "gradzip/detail/host/sampled_topk.hpp"
 #include "gradzip/detail/host/blockwise_topk.hpp"
+#include "gradzip/detail/host/encode.hpp"
 
 namespace gradzip {
 namespace detail {
@@ -559,7 +673,7 @@ template <>
 struct payload_backend<host> {
   template <class Codec>
   static void write_frame(host&, const Codec&, std::uint8_t* out, const wire::payload_layout& l,
-                          element_type type, std::uint64_t n, std::uint64_t k, const structure_params& sp) {
+                          element_type type, std::uint64_t n, std::uint64_t k, const frame_params& sp) {
     Codec::write_frame(out, l, type, n, k, sp);
   }
 
@@ -576,6 +690,12 @@ struct payload_backend<host> {
                                        out.size()),
                             "decompress");
     }
+    if constexpr (Codec::staged) {  // bitmap and delta-varint read their indices in order
+      if (v.index_encoding == encode::bitmap::id) return decode_bitmap<Codec>(exec, v, out, alpha, overwrite);
+      if (v.index_encoding == encode::delta_varint::id) {
+        return decode_delta_varint<Codec>(exec, v, out, alpha, overwrite);
+      }
+    }
     if constexpr (Codec::bucketed) {
       decode_buckets<Codec>(exec, v, out, alpha, overwrite);
     } else {
@@ -584,14 +704,107 @@ struct payload_backend<host> {
   }
 
  private:
-  /// Runs check(c, range) for every chunk in parallel and throws the first failure in order, so
-  /// the error names the first bad position.
+  /// Runs check(c) for every chunk in parallel, its status into found[c], and throws the first
+  /// failure in order, so the error names the first bad position.
   template <class Check>
-  static void validate_chunks(host& exec, std::size_t chunks, Check check) {
-    auto* found = reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status)));
+  static void validate_into(host& exec, wire::status* found, std::size_t chunks, Check check) {
     std::fill(found, found + chunks, wire::status{});
     for_each_chunk(exec, chunks, [&](std::size_t c) { found[c] = check(c); });
     for (std::size_t c = 0; c < chunks; ++c) wire::throw_if_failed(found[c], "decompress");
+  }
+
+  template <class Check>
+  static void validate_chunks(host& exec, std::size_t chunks, Check check) {
+    validate_into(exec, reinterpret_cast<wire::status*>(exec.scratch(chunks * sizeof(wire::status))),
+                  chunks, check);
+  }
+
+  /// Every value's code is one the values stage writes (bitmap and delta-varint payloads).
+  template <class Codec>
+  static void validate_codes(host& exec, const payload_view& v) {
+    if constexpr (needs_code_check<typename Codec::values_type>::value) {
+      const std::size_t chunks = chunk_count(exec, v.count);
+      validate_chunks(exec, chunks, [&](std::size_t c) {
+        const index_range r = chunk_of(v.count, chunks, c);
+        for (std::uint64_t j = r.begin; j < r.end; ++j) {
+          const wire::status s = Codec::check_index(v, j);  // the code half: no COO indices here
+          if (!s.ok()) return s;
+        }
+        return wire::status{};
+      });
+    }
+  }
+
+  /// Calls apply(local view, element type tag) with the view copied into a local (stores into
+  /// `out` could alias it, and the loops vectorize only once the compiler knows they cannot).
+  template <class Codec, class T, class Apply>
+  static void prepare_output(const payload_view& v, span<T> out, bool overwrite, Apply apply) {
+    if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    with_element_type(v.header.type, [&](auto type) { apply(type); });
+  }
+
+  /// Bitmap indices: per-chunk bit counts (checked against the count and n), then each chunk
+  /// walks its words, its first value found from the counts before it.
+  template <class Codec, class T>
+  static void decode_bitmap(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    const std::uint64_t n = v.header.element_count;
+    const std::uint64_t words = encode::bitmap::words(n);
+    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, n));
+    std::byte* s = exec.scratch(chunks * (sizeof(wire::status) + sizeof(std::uint64_t)));
+    auto* first = reinterpret_cast<std::uint64_t*>(s + chunks * sizeof(wire::status));
+    validate_into(exec, reinterpret_cast<wire::status*>(s), chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(words, chunks, c);
+      return encode::bitmap::count_bits(v.indices, n, r.begin, r.end, first[c]);
+    });
+    std::uint64_t total = 0;  // exclusive prefix sum: chunk c's first value
+    for (std::size_t c = 0; c < chunks; ++c) total += std::exchange(first[c], total);
+    if (total != v.count) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bitmap_count_mismatch, total, v.count), "decompress");
+    }
+    validate_codes<Codec>(exec, v);
+    prepare_output<Codec>(v, out, overwrite, [&](auto type) {
+      for_each_chunk(exec, chunks, [&](std::size_t c) {
+        const index_range r = chunk_of(words, chunks, c);
+        const payload_view local = v;
+        T* y = out.data();
+        encode::bitmap::for_each_index(local.indices, r.begin, r.end, first[c],
+                                       [&](std::uint64_t j, std::uint64_t i) {
+          accumulate(y[i], Codec::value_at(local, decltype(type)::value, j), alpha);
+        });
+      });
+    });
+  }
+
+  /// Delta-varint indices: its chunks decode independently; a first pass checks them all, the
+  /// second accumulates.
+  template <class Codec, class T>
+  static void decode_delta_varint(host& exec, const payload_view& v, span<T> out, float alpha,
+                                  bool overwrite) {
+    const std::uint64_t n = v.header.element_count;
+    const std::uint64_t chunk_total = encode::delta_varint::chunks(v.count);
+    const std::size_t tasks = std::max<std::size_t>(1, chunk_count(exec, v.count));
+    const auto each_chunk = [&](std::size_t t, auto&& f) {
+      const index_range r = chunk_of(chunk_total, tasks, t);
+      for (std::uint64_t c = r.begin; c < r.end; ++c) {
+        const wire::status s =
+            encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, n, v.index_width, c, f);
+        if (!s.ok()) return s;
+      }
+      return wire::status{};
+    };
+    validate_chunks(exec, tasks, [&](std::size_t t) {
+      return each_chunk(t, [](std::uint64_t, std::uint64_t) {});
+    });
+    validate_codes<Codec>(exec, v);
+    prepare_output<Codec>(v, out, overwrite, [&](auto type) {
+      for_each_chunk(exec, tasks, [&](std::size_t t) {
+        const payload_view local = v;
+        T* y = out.data();
+        each_chunk(t, [&](std::uint64_t j, std::uint64_t i) {
+          accumulate(y[i], Codec::value_at(local, decltype(type)::value, j), alpha);
+        });
+      });
+    });
   }
 
   template <class Codec, class T>
@@ -656,7 +869,7 @@ struct payload_backend<host> {
       const index_range g = chunk_of(groups, chunks, c);
       if constexpr (Codec::has_indices) {
         values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
-                                                    stored_index<typename Codec::indices_type>{v.indices, v.index_width},
+                                                    stored_index<encode::coo>{v.indices, v.index_width},
                                                     out.data(), alpha);
       } else {
         values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,

@@ -362,3 +362,95 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
     CHECK(std::memcmp(device_out.data(), host_out.data(), n * sizeof(float)) == 0);
   }
 }
+
+namespace {
+
+/// Host and device compress to the same bytes, and each decodes the other's payload alike.
+template <class Codec>
+void check_encoding_parity(const Codec& c, std::size_t n, std::uint64_t seed) {
+  gz::cuda dev;
+  gz::host host;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, seed);
+  const auto expected = test::compress(c, host, x);
+  const auto got = device_compress(c, dev, x);
+  REQUIRE(got.size() == expected.size());
+  CHECK(std::memcmp(got.data(), expected.data(), got.size()) == 0);
+  auto acc = gradzip_tools::synthetic_gradient<float>(n, seed + 1);
+  device_vector<std::byte> dp(expected);
+  device_vector<float> dacc(acc);
+  c.decompress_add(dev, gz::span<const std::byte>(dp.data, expected.size()), dacc.view(), 0.5f);
+  dev.check();
+  c.decompress_add(host, gz::span<const std::byte>(expected), gz::span<float>(acc), 0.5f);
+  const auto decoded = dacc.download();
+  CHECK(std::memcmp(decoded.data(), acc.data(), n * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cuda bitmap delta-varint and automatic encodings equal the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+      INFO("n = " << n << ", ratio " << ratio);
+      const auto s = gz::sparsify::topk::ratio(ratio);
+      check_encoding_parity(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{s}, n, 40);
+      check_encoding_parity(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint>{s}, n, 41);
+      check_encoding_parity(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::automatic>{s}, n, 42);
+      check_encoding_parity(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::automatic>{s}, n, 43);
+    }
+  }
+  check_encoding_parity(gz::codec<gz::sparsify::threshold, gz::quantize::none, gz::encode::bitmap>{
+                            gz::sparsify::threshold{0.01}}, 1 << 20, 44);
+}
+
+TEST_CASE("cuda rejects malformed bitmap and delta-varint payloads", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const std::size_t n = 5000;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 45);
+  const auto reject = [&](const auto& c, const std::vector<std::byte>& payload, gz::wire::format_errc code) {
+    device_vector<std::byte> dp(payload);
+    device_vector<float> acc(std::vector<float>(n, 1.0f));
+    c.decompress_add(dev, gz::span<const std::byte>(dp.data, payload.size()), acc.view());
+    try {
+      dev.check();
+      FAIL("accepted");
+    } catch (const gz::format_error& e) {
+      CHECK(e.code() == code);
+    }
+    CHECK(acc.download() == std::vector<float>(n, 1.0f));
+  };
+  const gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap> bitmap{gz::sparsify::topk::count(100)};
+  auto p = test::compress(bitmap, host, x);
+  const auto at = gz::wire::read_header(gz::span<const std::byte>(p)).sections[1].offset;
+  p[at + n / 8] |= std::byte{0x80};  // bit n + 3 of 5000: past n
+  reject(bitmap, p, gz::wire::format_errc::bitmap_bit_past_end);
+  p = test::compress(bitmap, host, x);
+  p[at] ^= std::byte{0x01};  // one bit more or fewer than the count
+  reject(bitmap, p, gz::wire::format_errc::bitmap_count_mismatch);
+
+  const gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint> delta{gz::sparsify::topk::count(100)};
+  p = test::compress(delta, host, x);
+  const auto dat = gz::wire::read_header(gz::span<const std::byte>(p)).sections[1].offset;
+  p[dat] = std::byte{1};  // chunk 0's base must be 0
+  reject(delta, p, gz::wire::format_errc::bad_chunk_table);
+}
+
+TEST_CASE("cuda sampled top-k equals the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{1} << 20, std::size_t{3} << 20}) {
+    const auto x = gradzip_tools::synthetic_gradient<float>(n, 50);
+    for (double ratio : {0.001, 0.01, 0.1}) {
+      INFO("n = " << n << ", ratio " << ratio);
+      const gz::codec<gz::sparsify::sampled_topk> c{gz::sparsify::sampled_topk::ratio(ratio)};
+      check_parity(x, c, dev);
+      check_parity(converted<double>(x), c, dev);
+      check_parity(converted<__nv_bfloat16>(x), c, dev);
+    }
+  }
+  std::vector<float> ties(100000, 0.5f);  // the tie fallback
+  for (std::size_t i = 0; i < 100; ++i) ties[i * 1000] = 2.0f;
+  check_parity(ties, gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::count(1000)}, dev);
+}

@@ -70,7 +70,7 @@ void check_emulation(const std::vector<T>& x, std::uint64_t k) {
   const std::uint64_t n = x.size();
   const auto l = codec<sparsify::topk>::layout(element_traits<T>::type, n, k);
   auto* base = reinterpret_cast<std::uint8_t*>(got.data());
-  codec<sparsify::topk>::write_frame(base, l, element_traits<T>::type, n, k, detail::structure_params{});
+  codec<sparsify::topk>::write_frame(base, l, element_traits<T>::type, n, k, detail::frame_params{});
   const payload_sink<T, quantize::none, encode::coo> sink{base + l.at(1).offset, encode::coo::index_width(n),
                                            base + l.at(2).offset};
   emulated_cuda_topk(x, k, sink);

@@ -44,3 +44,25 @@ GRADZIP_HOST_DEVICE inline std::uint64_t mul_hi64(std::uint64_t a, std::uint64_t
 }
 
 }  // namespace gradzip::detail
+
+namespace gradzip::detail {
+
+/// Set bits of x.
+GRADZIP_HOST_DEVICE inline int popcount64(std::uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __popcll(x);
+#else
+  return __builtin_popcountll(x);
+#endif
+}
+
+/// Index of the lowest set bit of x, which must not be 0.
+GRADZIP_HOST_DEVICE inline int lowest_bit64(std::uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll(static_cast<long long>(x)) - 1;
+#else
+  return __builtin_ctzll(x);
+#endif
+}
+
+}  // namespace gradzip::detail

@@ -24,6 +24,7 @@
  */
 #pragma once
 
+#include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -166,6 +167,14 @@ inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = 256
   return static_cast<unsigned>(needed == 0 ? 1 : (needed < cap ? needed : cap));
 }
 
+/// Bytes of CUB storage an exclusive sum of `items` u64 needs (plus up to 256 for alignment).
+inline std::size_t exclusive_sum_bytes(cuda& exec, std::uint64_t items) {
+  std::size_t bytes = 0;
+  GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const std::uint64_t*>(nullptr),
+                                                 static_cast<std::uint64_t*>(nullptr), items, exec.stream()));
+  return bytes;
+}
+
 inline void require_aligned(const void* p, const char* what) {
   GRADZIP_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % wire::alignment == 0, what,
                   ": device payload buffers must be 16-byte aligned, got address ", p);
@@ -176,7 +185,9 @@ inline void require_aligned(const void* p, const char* what) {
 
 #include "gradzip/detail/cuda/elementwise.cuh"
 #include "gradzip/detail/cuda/payload.cuh"
+#include "gradzip/detail/cuda/encode.cuh"
 #include "gradzip/detail/cuda/quantize.cuh"
 #include "gradzip/detail/cuda/blockwise_topk.cuh"
 #include "gradzip/detail/cuda/threshold.cuh"
+#include "gradzip/detail/cuda/sampled_topk.cuh"
 #include "gradzip/detail/cuda/topk.cuh"

@@ -82,6 +82,16 @@ namespace detail {
 GRADZIP_HOST_DEVICE inline float momentum_step(float m, float g, float beta, float rest) {
   return fmaf(beta, m, rest * g);
 }
+/// DGC's momentum correction: u <- m u + g, then v <- v + u (float arithmetic, one rounding each).
+GRADZIP_HOST_DEVICE inline void correction_step(float& u, float& v, float g, float m) {
+  u = fmaf(m, u, g);
+  v = v + u;
+}
+/// After sending d (the decoded payload): v <- v - d, and u <- 0 where d is nonzero.
+GRADZIP_HOST_DEVICE inline void mask_step(float& u, float& v, float d) {
+  v = v - d;
+  if (d != 0.0f) u = 0.0f;
+}
 GRADZIP_HOST_DEVICE inline float sign_of(float v) {
   return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);
 }
@@ -116,6 +126,28 @@ struct executor_ops<host> {
   static void momentum(host&, span<T> m, span<const T> g, float beta) {
     const float rest = 1.0f - beta;
     for (std::size_t i = 0; i < m.size(); ++i) m[i] = from_double<T>(momentum_step(to_float(m[i]), to_float(g[i]), beta, rest));
+  }
+
+  /// u <- m u + g; v <- v + u (momentum_correction's accumulation).
+  template <class T>
+  static void correct_momentum(host&, span<T> u, span<T> v, span<const T> g, float m) {
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      float a = to_float(u[i]), b = to_float(v[i]);
+      correction_step(a, b, to_float(g[i]), m);
+      u[i] = from_double<T>(a);
+      v[i] = from_double<T>(b);
+    }
+  }
+
+  /// v <- v - d; u <- 0 where d != 0 (momentum_correction's masking after a send).
+  template <class T>
+  static void mask_sent(host&, span<T> u, span<T> v, span<const T> d) {
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      float a = to_float(u[i]), b = to_float(v[i]);
+      mask_step(a, b, to_float(d[i]));
+      u[i] = from_double<T>(a);
+      v[i] = from_double<T>(b);
+    }
   }
 
   /// y <- sign(y): +1, -1, or 0 for zero (and NaN stays NaN).

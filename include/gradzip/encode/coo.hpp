@@ -27,6 +27,8 @@ struct coo {
   static constexpr std::uint8_t id = 1;
   /// Bytes of this stage in the params section: the index width, then 7 reserved zero bytes.
   static constexpr std::uint64_t param_bytes = 8;
+  /// Compress writes each index straight into the payload (no staging in scratch).
+  static constexpr bool staged = false;
 
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p, std::uint64_t n) {
     p[0] = static_cast<std::uint8_t>(index_width(n));

@@ -15,6 +15,7 @@ namespace gradzip::encode {
 struct none {
   static constexpr std::uint8_t id = 0;
   static constexpr std::uint64_t param_bytes = 0;
+  static constexpr bool staged = false;
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t*, std::uint64_t) {}
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t*, std::uint64_t, std::uint64_t) {
     return {};

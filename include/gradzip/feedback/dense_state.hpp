@@ -30,10 +30,10 @@ std::vector<std::byte> save_dense_state(Exec& exec, const Buffer& state, std::si
   return bytes;
 }
 
-/// `what` names the caller in error messages ("error_feedback::restore").
-template <class T, class Exec, class Buffer>
-void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state, std::size_t n,
-                         const char* what) {
+/// Validates a saved state of n elements of T and returns its header; `what` names the caller
+/// in error messages ("error_feedback::restore").
+template <class T>
+wire::header check_dense_state(span<const std::byte> bytes, std::size_t n, const char* what) {
   const wire::header h = wire::read_header(bytes);
   const wire::tag tags[1] = {wire::tag::values};
   wire::throw_if_failed(wire::expect_sections(h, tags, 1), what);
@@ -50,6 +50,13 @@ void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state,
     wire::throw_if_failed(
         wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, n * sizeof(T)), what);
   }
+  return h;
+}
+
+template <class T, class Exec, class Buffer>
+void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state, std::size_t n,
+                         const char* what) {
+  const wire::header h = check_dense_state<T>(bytes, n, what);
   std::vector<T> staged(n);
   const auto& values = h.sections[0];  // validated: inside `bytes`, exactly n elements
   if (values.size != 0) std::memcpy(staged.data(), bytes.data() + values.offset, values.size);

@@ -36,6 +36,11 @@ enum class format_errc : std::uint32_t {
   size_mismatch,          ///< the payload's element count differs from the output tensor's
   checksum_mismatch,      ///< the CRC-32C of the payload disagrees with the stored one
   bad_code,               ///< a value's code is outside the values stage's range
+  bitmap_count_mismatch,  ///< a bitmap's set bits disagree with the payload's count
+  bitmap_bit_past_end,    ///< a bitmap sets a bit at or past the element count
+  non_canonical_varint,   ///< a gap is stored in more bytes than it needs, or an unused slot is set
+  varint_overrun,         ///< a chunk's gaps run past its data bytes, or leave some unread
+  bad_chunk_table,        ///< a chunk-table entry disagrees with the data it indexes
 };
 
 /// A short English description of a code.
@@ -64,6 +69,11 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::size_mismatch: return "element count differs from the output size";
     case format_errc::checksum_mismatch: return "checksum mismatch";
     case format_errc::bad_code: return "value code out of range";
+    case format_errc::bitmap_count_mismatch: return "bitmap's set bits disagree with the count";
+    case format_errc::bitmap_bit_past_end: return "bitmap sets a bit past the element count";
+    case format_errc::non_canonical_varint: return "non-canonical varint";
+    case format_errc::varint_overrun: return "varint data overrun";
+    case format_errc::bad_chunk_table: return "chunk table disagrees with the data";
   }
   return "unknown error";
 }

@@ -143,6 +143,16 @@ inline std::string message(const status& s) {
       return concat(what, ": stored 0x", std::hex, s.a, ", computed 0x", s.b);
     case format_errc::bad_code:
       return concat(what, ": value ", s.a, " has code ", s.b, ", the stage's largest is ", s.c);
+    case format_errc::bitmap_count_mismatch:
+      return concat(what, ": ", s.a, " bits set, the count is ", s.b);
+    case format_errc::bitmap_bit_past_end:
+      return concat(what, ": bit ", s.a, " is set, n = ", s.b);
+    case format_errc::non_canonical_varint:
+      return concat(what, ": gap ", s.a, " uses length code ", s.b, ", its value needs code ", s.c);
+    case format_errc::varint_overrun:
+      return concat(what, ": chunk ", s.a, " decodes ", s.b, " data bytes, its table entries give ", s.c);
+    case format_errc::bad_chunk_table:
+      return concat(what, ": chunk ", s.a, " entry holds ", s.b, ", the data give ", s.c);
   }
   return what;
 }

@@ -24,6 +24,30 @@ __global__ void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, f
 }
 
 template <class T>
+__global__ void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float a = to_float(u[i]), b = to_float(v[i]);
+    correction_step(a, b, to_float(g[i]), m);
+    u[i] = from_double<T>(a);
+    v[i] = from_double<T>(b);
+  }
+}
+
+template <class T>
+__global__ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float a = to_float(u[i]), b = to_float(v[i]);
+    mask_step(a, b, to_float(d[i]));
+    u[i] = from_double<T>(a);
+    v[i] = from_double<T>(b);
+  }
+}
+
+template <class T>
 __global__ void sign_kernel(T* y, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -59,6 +83,21 @@ struct executor_ops<cuda> {
     if (m.empty()) return;
     momentum_kernel<<<grid_for(exec, m.size()), 256, 0, exec.stream()>>>(m.data(), g.data(), m.size(),
                                                                           beta, 1.0f - beta);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class T>
+  static void correct_momentum(cuda& exec, span<T> u, span<T> v, span<const T> g, float m) {
+    if (u.empty()) return;
+    correct_momentum_kernel<<<grid_for(exec, u.size()), 256, 0, exec.stream()>>>(u.data(), v.data(), g.data(),
+                                                                                   u.size(), m);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  template <class T>
+  static void mask_sent(cuda& exec, span<T> u, span<T> v, span<const T> d) {
+    if (u.empty()) return;
+    mask_sent_kernel<<<grid_for(exec, u.size()), 256, 0, exec.stream()>>>(u.data(), v.data(), d.data(), u.size());
     GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 

@@ -2,6 +2,11 @@
 // (validate, then apply, all stream-ordered; errors go to the executor's status word).
 #pragma once
 
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <type_traits>
+
 #include "gradzip/detail/values.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -10,7 +15,7 @@ namespace gradzip::detail {
 
 template <class Codec>
 __global__ void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
-                                   std::uint64_t n, std::uint64_t k, structure_params sp) {
+                                   std::uint64_t n, std::uint64_t k, frame_params sp) {
   Codec::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
 }
 
@@ -77,6 +82,7 @@ __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* o
   if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (Codec::staged && v.index_encoding != encode::coo::id) return;  // the bitmap or delta kernels' work
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
@@ -85,12 +91,92 @@ __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* o
   }
 }
 
+// Bitmap indices: bits per word (and bits past n, which fail), a device scan of the counts,
+// a check of the total against the count, then one thread per word accumulates its elements.
+template <class Codec>
+__global__ void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                                    std::uint64_t* counts, wire::status* st) {
+  payload_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;  // validate_kernel reports
+  if (v.index_encoding != encode::bitmap::id) return;
+  const std::uint64_t words = encode::bitmap::words(out_size);
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
+       w += stride) {
+    const wire::status s = encode::bitmap::count_bits(v.indices, out_size, w, w + 1, counts[w]);
+    if (!s.ok()) record_failure(st, s);
+  }
+}
+
+template <class Codec>
+__global__ void bitmap_total_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                                    const std::uint64_t* counts, const std::uint64_t* first, wire::status* st) {
+  payload_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (v.index_encoding != encode::bitmap::id) return;
+  const std::uint64_t words = encode::bitmap::words(out_size);
+  const std::uint64_t total = words == 0 ? 0 : first[words - 1] + counts[words - 1];
+  if (total != v.count) record_failure(st, wire::fail(wire::format_errc::bitmap_count_mismatch, total, v.count));
+}
+
+template <class Codec, class T>
+__global__ void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
+                                    float alpha, const std::uint64_t* first, const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;
+  payload_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (v.index_encoding != encode::bitmap::id) return;
+  const std::uint64_t words = encode::bitmap::words(out_size);
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
+       w += stride) {
+    encode::bitmap::for_each_index(v.indices, w, w + 1, first[w], [&](std::uint64_t j, std::uint64_t i) {
+      accumulate(out[i], Codec::value_at(v, v.header.type, j), alpha);
+    });
+  }
+}
+
+// Delta-varint indices: one thread per 1024-index chunk, once to validate, once to accumulate.
+template <class Codec>
+__global__ void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                                      wire::status* st) {
+  payload_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (v.index_encoding != encode::delta_varint::id) return;
+  const std::uint64_t chunks = encode::delta_varint::chunks(v.count);
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
+       c += stride) {
+    const wire::status s = encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size,
+                                                              v.index_width, c, [](std::uint64_t, std::uint64_t) {});
+    if (!s.ok()) record_failure(st, s);
+  }
+}
+
+template <class Codec, class T>
+__global__ void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
+                                   float alpha, const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;
+  payload_view& v = shared_view();
+  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (v.index_encoding != encode::delta_varint::id) return;
+  const std::uint64_t chunks = encode::delta_varint::chunks(v.count);
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
+       c += stride) {
+    encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size, v.index_width, c,
+                                       [&](std::uint64_t j, std::uint64_t i) {
+      accumulate(out[i], Codec::value_at(v, v.header.type, j), alpha);
+    });
+  }
+}
+
 template <>
 struct payload_backend<cuda> {
   template <class Codec>
   static void write_frame(cuda& exec, const Codec&, std::uint8_t* out,
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
-                          std::uint64_t k, const structure_params& sp) {
+                          std::uint64_t k, const frame_params& sp) {
     require_aligned(out, "compress");
     write_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(out, l, type, n, k, sp);
     GRADZIP_CUDA_TRY(cudaGetLastError());
@@ -108,14 +194,55 @@ struct payload_backend<cuda> {
     validate_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.size(),
                                                            exec.status_word());
     GRADZIP_CUDA_TRY(cudaGetLastError());
+    using Indices = typename Codec::indices_type;
+    constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
+    constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
+    constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
+    const std::uint64_t words = encode::bitmap::words(out.size());
+    std::uint64_t* counts = nullptr;
+    if constexpr (may_bitmap) {
+      const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
+      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(2 * words * sizeof(std::uint64_t) + 256 + temp_bytes));
+      std::uint64_t* first = counts + words;
+      bitmap_count_kernel<Codec><<<grid_for(exec, words), 256, 0, exec.stream()>>>(
+          bytes, payload.size(), out.size(), counts, exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+      if (words != 0) {
+        std::size_t temp_size = temp_bytes;
+        GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(first + words) + 256, temp_size,
+                                                       counts, first, words, exec.stream()));
+      }
+      bitmap_total_kernel<Codec><<<1, 1, 0, exec.stream()>>>(bytes, payload.size(), out.size(), counts, first,
+                                                             exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
+    // At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
+    const std::uint64_t chunk_bound = encode::delta_varint::chunks(std::min<std::uint64_t>(out.size(), payload.size()));
+    if constexpr (may_delta) {
+      delta_validate_kernel<Codec><<<grid_for(exec, chunk_bound), 256, 0, exec.stream()>>>(
+          bytes, payload.size(), out.size(), exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
     if (overwrite && !out.empty()) {
       zero_if_ok_kernel<<<grid_for(exec, out.size()), 256, 0, exec.stream()>>>(
           out.data(), out.size(), exec.status_word());
       GRADZIP_CUDA_TRY(cudaGetLastError());
     }
-    apply_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.data(),
-                                                        out.size(), alpha, exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    if constexpr (!Codec::staged || automatic) {
+      apply_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.data(),
+                                                          out.size(), alpha, exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
+    if constexpr (may_bitmap) {
+      bitmap_apply_kernel<Codec><<<grid_for(exec, words), 256, 0, exec.stream()>>>(
+          bytes, payload.size(), out.data(), out.size(), alpha, counts + words, exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
+    if constexpr (may_delta) {
+      delta_apply_kernel<Codec><<<grid_for(exec, chunk_bound), 256, 0, exec.stream()>>>(
+          bytes, payload.size(), out.data(), out.size(), alpha, exec.status_word());
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+    }
   }
 };
 

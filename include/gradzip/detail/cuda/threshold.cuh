@@ -64,22 +64,35 @@ struct structure_backend<cuda, sparsify::threshold> {
   template <class T>
   static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
     const std::uint64_t tiles = threshold_tiles::count(n);
-    return (2 * tiles + 1) * sizeof(std::uint64_t) + 256 + scan_bytes(exec, tiles);
+    return (2 * tiles + 1) * sizeof(std::uint64_t) + 256 + exclusive_sum_bytes(exec, tiles);
   }
 
   template <class T>
   static std::uint64_t count(cuda& exec, const sparsify::threshold& s, span<const T> x) {
+    std::uint64_t k = 0;
+    s.template visit_tau<T>([&](auto t) { k = count_with(exec, x, t); });
+    return k;
+  }
+
+  template <class T, class Sink>
+  static void select(cuda& exec, const sparsify::threshold& s, span<const T> x, std::uint64_t k,
+                     const Sink& sink) {
+    s.template visit_tau<T>([&](auto t) { select_with(exec, x, t, k, sink); });
+  }
+
+  /// The count pass for any threshold `t` that sparsify::detail::passes accepts (a value, or a
+  /// threshold in device memory); one copy of the count to the host.
+  template <class T, class Tau>
+  static std::uint64_t count_with(cuda& exec, span<const T> x, Tau t) {
     const std::uint64_t tiles = threshold_tiles::count(x.size());
     auto* counts = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size())));
     std::uint64_t* offsets = counts + tiles;
     std::uint64_t* total = offsets + tiles;
-    s.template visit_tau<T>([&](auto t) {
-      threshold_count_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-          x.data(), x.size(), t, counts);
-    });
+    threshold_count_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+        x.data(), x.size(), t, counts);
     GRADZIP_CUDA_TRY(cudaGetLastError());
     void* temp = reinterpret_cast<std::byte*>(total) + 256;
-    std::size_t temp_bytes = scan_bytes(exec, tiles);
+    std::size_t temp_bytes = exclusive_sum_bytes(exec, tiles);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, tiles, exec.stream()));
     threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(offsets, counts, tiles, total);
     GRADZIP_CUDA_TRY(cudaGetLastError());
@@ -89,27 +102,16 @@ struct structure_backend<cuda, sparsify::threshold> {
     return k;
   }
 
-  template <class T, class Sink>
-  static void select(cuda& exec, const sparsify::threshold& s, span<const T> x, std::uint64_t,
-                     const Sink& sink) {
+  /// The emit pass after count_with(t), with the same t.
+  template <class T, class Tau, class Sink>
+  static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;
     const std::uint64_t tiles = threshold_tiles::count(x.size());
     const auto* offsets = reinterpret_cast<const std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size()))) + tiles;
-    s.template visit_tau<T>([&](auto t) {
-      threshold_emit_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-          x.data(), x.size(), t, offsets, sink);
-    });
+    threshold_emit_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+        x.data(), x.size(), t, offsets, sink);
     GRADZIP_CUDA_TRY(cudaGetLastError());
   }
-
- private:
-  static std::size_t scan_bytes(cuda& exec, std::uint64_t tiles) {
-    std::size_t bytes = 0;
-    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const std::uint64_t*>(nullptr),
-                                                   static_cast<std::uint64_t*>(nullptr), tiles, exec.stream()));
-    return bytes;
-  }
-
 };
 
 }  // namespace gradzip::detail

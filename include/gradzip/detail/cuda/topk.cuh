@@ -244,12 +244,12 @@ struct structure_backend<cuda, sparsify::none> {
 };
 
 template <class Structure, class T, class Sink>
-__global__ void implicit_emit_kernel(structure_params sp, const T* x, std::uint64_t n, std::uint64_t k,
+__global__ void implicit_emit_kernel(frame_params sp, const T* x, std::uint64_t n, std::uint64_t k,
                                      Sink sink) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k;
        j += stride) {
-    const std::uint64_t i = Structure::index_of(sp.bytes, n, k, j);
+    const std::uint64_t i = Structure::index_of(sp.structure, n, k, j);
     sink(j, i, x[i]);
   }
 }
@@ -258,7 +258,7 @@ __global__ void implicit_emit_kernel(structure_params sp, const T* x, std::uint6
 template <>
 struct implicit_backend<cuda> {
   template <class Structure, class T, class Sink>
-  static void select(cuda& exec, const structure_params& sp, span<const T> x, std::uint64_t k,
+  static void select(cuda& exec, const frame_params& sp, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
     if (k == 0) return;
     implicit_emit_kernel<Structure><<<grid_for(exec, k), 256, 0, exec.stream()>>>(sp, x.data(), x.size(), k, sink);

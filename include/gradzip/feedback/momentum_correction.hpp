@@ -1,0 +1,109 @@
+/**
+ * @file momentum_correction.hpp
+ * @brief `feedback::momentum_correction<Codec, T, Exec>`: DGC's momentum correction and momentum
+ * factor masking around a sparsifying codec.
+ *
+ * Deep Gradient Compression (Lin et al., ICLR 2018, section 3.2) moves momentum to the worker,
+ * before sparsification, so that what is held back still gets its momentum. Each step, with
+ * gradient g, momentum m, velocity u and accumulator v:
+ *
+ *     u <- m u + g,   v <- v + u,   payload = C(v),   d = D(payload),
+ *     v <- v - d,     u <- 0 where d != 0   (momentum factor masking)
+ *
+ * The optimizer then applies the averaged decoded payloads as plain SGD steps (the momentum is
+ * already in them). With an unquantized sparsifier (`sparsify::topk`, `sampled_topk`) v is
+ * exactly 0 where an element was sent. An element sent with the value 0 keeps its u: it carried
+ * nothing. State: u, v and a decode buffer, n elements of T each, in the executor's memory.
+ * `save`/`restore` checkpoint u and v.
+ *
+ * @code
+ * using dgc = gradzip::codec<gradzip::sparsify::sampled_topk>;
+ * gradzip::feedback::momentum_correction<dgc, float, gradzip::host> mc(exec, dgc{gradzip::sparsify::sampled_topk::ratio(0.001)}, n, 0.9f);
+ * std::size_t bytes = mc.compress(exec, grad, out);
+ * @endcode
+ */
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/feedback/dense_state.hpp"
+
+namespace gradzip::feedback {
+
+template <class Codec, class T, class Exec>
+class momentum_correction {
+  using ops = gradzip::detail::executor_ops<Exec>;
+
+ public:
+  /// Zero u and v for a tensor of n elements; `momentum` in [0, 1) (DGC uses 0.9).
+  momentum_correction(Exec& exec, Codec codec, std::size_t n, float momentum)
+      : codec_(codec),
+        velocity_(ops::template allocate_zeroed<T>(exec, n)),
+        accumulated_(ops::template allocate_zeroed<T>(exec, n)),
+        decoded_(ops::template allocate_zeroed<T>(exec, n)),
+        size_(n),
+        momentum_(momentum) {
+    GRADZIP_EXPECTS(std::isfinite(momentum) && momentum >= 0.0f && momentum < 1.0f,
+                    "momentum_correction: momentum must be in [0, 1), got ", momentum);
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  float momentum() const noexcept { return momentum_; }
+  const Codec& codec() const noexcept { return codec_; }
+  /// u, the velocity (in the executor's memory).
+  span<const T> velocity() { return ops::view(velocity_); }
+  /// v, the accumulated velocity not yet sent.
+  span<const T> accumulated() { return ops::view(accumulated_); }
+
+  template <class U>
+  std::size_t max_compressed_bytes() const {
+    return codec_.template max_compressed_bytes<U>(size_);
+  }
+
+  /// One step: accumulates g, compresses v into `out`, masks what was sent; returns the bytes.
+  std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out, quantize::compress_context ctx = {}) {
+    GRADZIP_EXPECTS(grad.size() == size_, "momentum_correction: gradient has ", grad.size(),
+                    " elements, the state ", size_);
+    span<T> u = ops::view(velocity_), v = ops::view(accumulated_), d = ops::view(decoded_);
+    ops::correct_momentum(exec, u, v, grad, momentum_);
+    const std::size_t bytes = codec_.compress(exec, span<const T>(v), out, ctx);
+    codec_.decompress(exec, span<const std::byte>(out.data(), bytes), d);
+    ops::mask_sent(exec, u, v, span<const T>(d));
+    return bytes;
+  }
+
+  /// u then v, each a dense-state payload (codec id 0), for checkpoints. Synchronous.
+  std::vector<std::byte> save(Exec& exec) const {
+    std::vector<std::byte> bytes = detail::save_dense_state<T>(exec, velocity_, size_);
+    const std::vector<std::byte> v = detail::save_dense_state<T>(exec, accumulated_, size_);
+    bytes.insert(bytes.end(), v.begin(), v.end());
+    return bytes;
+  }
+
+  /// Restores u and v saved by `save`; both are validated before either changes. Synchronous.
+  void restore(Exec& exec, span<const std::byte> bytes) {
+    constexpr const char* what = "momentum_correction::restore";
+    const wire::header first = wire::read_header(bytes);
+    const span<const std::byte> u_bytes = bytes.subspan(0, first.total_bytes);
+    const span<const std::byte> v_bytes = bytes.subspan(first.total_bytes, bytes.size() - first.total_bytes);
+    detail::check_dense_state<T>(u_bytes, size_, what);
+    const wire::header second = detail::check_dense_state<T>(v_bytes, size_, what);
+    GRADZIP_EXPECTS(second.total_bytes == v_bytes.size(), what, ": ", v_bytes.size() - second.total_bytes,
+                    " trailing bytes after the saved state");
+    detail::restore_dense_state<T>(exec, u_bytes, velocity_, size_, what);
+    detail::restore_dense_state<T>(exec, v_bytes, accumulated_, size_, what);
+  }
+
+ private:
+  Codec codec_;
+  typename ops::template buffer<T> velocity_;
+  typename ops::template buffer<T> accumulated_;
+  typename ops::template buffer<T> decoded_;
+  std::size_t size_;
+  float momentum_;
+};
+
+}  // namespace gradzip::feedback

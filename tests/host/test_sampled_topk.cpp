@@ -1,0 +1,119 @@
+// sparsify::sampled_topk (DGC): the kept count lands in [k, 1.2 k], the kept elements are the
+// largest, the search is deterministic, and the documented exceptions behave as documented.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+
+using namespace gradzip;
+
+namespace {
+using dgc = codec<sparsify::sampled_topk>;
+
+/// The payload's kept indices, checked to be exactly the elements at or above the smallest kept
+/// magnitude (a threshold selection).
+template <class T>
+std::vector<std::uint64_t> checked_selection(const dgc& c, const std::vector<T>& x, int threads) {
+  host exec(threads);
+  const auto p = test::compress(c, exec, x);
+  const auto kept = test::payload_indices(p);
+  double smallest = std::numeric_limits<double>::infinity();
+  for (auto i : kept) smallest = std::min(smallest, std::abs(static_cast<double>(to_float(x[i]))));
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const bool is_kept = next < kept.size() && kept[next] == i;
+    if (is_kept) ++next;
+    if (!is_kept) REQUIRE(std::abs(static_cast<double>(to_float(x[i]))) < smallest);
+  }
+  return kept;
+}
+}  // namespace
+
+static_assert(dgc::data_dependent_count && !dgc::summable);
+
+TEST_CASE("sampled top-k keeps between k and 1.2 k of the largest elements", "[sampled_topk]") {
+  for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{4097}, std::size_t{300000}, std::size_t{1} << 21}) {
+    const auto x = gradzip_tools::synthetic_gradient<float>(n, 90 + n);
+    for (double ratio : {0.0001, 0.001, 0.01, 0.1, 0.5}) {
+      for (double rate : {0.001, 0.01, 0.05}) {
+        const dgc c{sparsify::sampled_topk::ratio(ratio, rate)};
+        const std::uint64_t k = c.structure().target_count(n);
+        INFO("n = " << n << ", ratio " << ratio << ", sample rate " << rate << ", k = " << k);
+        const auto kept = checked_selection(c, x, 2);
+        CHECK(kept.size() >= k);
+        CHECK(kept.size() <= k + k / 5);
+        CHECK(checked_selection(c, x, 1) == kept);  // the same on any thread count
+      }
+    }
+  }
+}
+
+TEST_CASE("sampled top-k on heavy-tailed, uniform and ordered inputs", "[sampled_topk]") {
+  const std::size_t n = 1 << 18;
+  std::vector<float> ramp(n), uniform(n), spikes(n, 1e-3f);
+  for (std::size_t i = 0; i < n; ++i) {
+    ramp[i] = static_cast<float>(i);  // the sample's strata see the extremes
+    uniform[i] = static_cast<float>((i * 2654435761u) % 1000003) / 1000003.0f - 0.5f;
+  }
+  for (std::size_t i = 0; i < n; i += 97) spikes[i] = 100.0f + static_cast<float>(i);  // 2703 spikes
+  for (const auto* x : {&ramp, &uniform, &spikes}) {
+    for (double ratio : {0.001, 0.01, 0.05}) {
+      const dgc c{sparsify::sampled_topk::ratio(ratio)};
+      const std::uint64_t k = c.structure().target_count(n);
+      const auto kept = checked_selection(c, *x, 2);
+      if (x == &spikes && k > 2703) {  // > 0.2 k ties at 1e-3: only the spikes above it
+        CHECK(kept.size() == 2703);
+        continue;
+      }
+      CHECK(kept.size() >= k);
+      CHECK(kept.size() <= k + k / 5);
+    }
+  }
+}
+
+TEST_CASE("sampled top-k with massive ties keeps those above the tie, never more than 1.2 k", "[sampled_topk]") {
+  std::vector<float> x(100000, 0.0f);
+  for (std::size_t i = 0; i < 500; ++i) x[i * 200] = 1.0f + static_cast<float>(i);  // 500 nonzeros
+  const dgc c{sparsify::sampled_topk::count(2000)};
+  const auto kept = checked_selection(c, x, 2);
+  CHECK(kept.size() == 500);  // fewer than k nonzero: the nonzeros, not the zeros
+  std::vector<float> plateau(100000, 0.5f);
+  for (std::size_t i = 0; i < 100; ++i) plateau[i * 1000 + 3] = 2.0f;
+  const auto top = checked_selection(dgc{sparsify::sampled_topk::count(1000)}, plateau, 2);
+  CHECK(top.size() == 100);  // 99,900 tie at 0.5: only the 100 above
+}
+
+TEST_CASE("sampled top-k edge cases", "[sampled_topk]") {
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(1000, 5);
+  CHECK(checked_selection(dgc{sparsify::sampled_topk::count(0)}, x, 2).empty());
+  CHECK(checked_selection(dgc{sparsify::sampled_topk::count(1000)}, x, 2).size() == 1000);
+  CHECK(checked_selection(dgc{sparsify::sampled_topk::count(1)}, x, 2).size() == 1);
+  CHECK(test::compress(dgc{sparsify::sampled_topk::ratio(0.1)}, exec, std::vector<float>{}).size() ==
+        dgc::layout(element_type::f32, 0, 0).total_bytes());
+  CHECK_THROWS_AS(sparsify::sampled_topk::ratio(0.01, 0.0), invalid_argument);
+  CHECK_THROWS_AS(sparsify::sampled_topk::ratio(0.01, 0.2), invalid_argument);
+  CHECK_THROWS_AS(sparsify::sampled_topk::ratio(1.5), invalid_argument);
+  CHECK_THROWS_AS(dgc{sparsify::sampled_topk::count(1001)}.max_compressed_bytes<float>(1000), invalid_argument);
+  // NaN and infinities are always kept, as by the threshold stage.
+  auto y = gradzip_tools::synthetic_gradient<float>(10000, 6);
+  y[17] = std::numeric_limits<float>::quiet_NaN();
+  y[18] = -std::numeric_limits<float>::infinity();
+  const auto kept = test::payload_indices(test::compress(dgc{sparsify::sampled_topk::count(50)}, exec, y));
+  CHECK(std::count(kept.begin(), kept.end(), 17u) == 1);
+  CHECK(std::count(kept.begin(), kept.end(), 18u) == 1);
+}
+
+TEST_CASE("sampled top-k decodes through every encoding and element type", "[sampled_topk]") {
+  const auto f = gradzip_tools::synthetic_gradient<float>(50000, 8);
+  const auto s = sparsify::sampled_topk::ratio(0.02);
+  const auto base = test::round_trip(dgc{s}, f);
+  CHECK(test::round_trip(codec<sparsify::sampled_topk, quantize::none, encode::automatic>{s}, f) == base);
+  CHECK(test::round_trip(codec<sparsify::sampled_topk, quantize::none, encode::delta_varint>{s}, f) == base);
+  std::vector<double> d(f.begin(), f.end());
+  CHECK(test::round_trip(dgc{s}, d) == base);  // exact doubles of floats: the same choice
+}

@@ -113,6 +113,48 @@ row measure_feedback(const std::string& name, const Codec& codec, gradzip::host&
   return {name, input / bytes, relative_l2(sum_true, sum_sent), input / tc / 1e9, input / td / 1e9};
 }
 
+/// DGC's momentum correction over `steps` gradients: the error is that of the sum of what was
+/// sent against the sum of the updates momentum SGD (momentum 0.9) would have applied.
+template <class Codec>
+row measure_momentum_correction(const std::string& name, const Codec& codec, gradzip::host& exec,
+                                std::size_t n, std::uint64_t seed, int steps) {
+  const float m = 0.9f;
+  gradzip::feedback::momentum_correction<Codec, float, gradzip::host> mc(exec, codec, n, m);
+  std::vector<std::byte> payload(mc.template max_compressed_bytes<float>());
+  std::vector<float> velocity(n, 0.0f), sum_true(n, 0.0f), sum_sent(n, 0.0f);
+  std::size_t bytes = 0;
+  double tc = 1e30;
+  for (int s = 0; s < steps; ++s) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, seed + 3000 + s);
+    for (std::size_t i = 0; i < n; ++i) {
+      velocity[i] = m * velocity[i] + g[i];
+      sum_true[i] += velocity[i];
+    }
+    const auto start = clock_type::now();
+    bytes = mc.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(payload));
+    tc = std::min(tc, seconds_since(start));
+    codec.decompress_add(exec, gradzip::span<const std::byte>(payload.data(), bytes), gradzip::span<float>(sum_sent));
+  }
+  std::vector<float> dense(n);
+  const double td = best_seconds(3, [&] {
+    codec.decompress(exec, gradzip::span<const std::byte>(payload.data(), bytes), gradzip::span<float>(dense));
+  });
+  const double input = n * sizeof(float);
+  return {name, input / bytes, relative_l2(sum_true, sum_sent), input / tc / 1e9, input / td / 1e9};
+}
+
+/// Rows for a sparsifier under each index encoding: the same error, different sizes and speeds.
+template <class Structure>
+void every_encoding(std::vector<row>& rows, const std::string& name, Structure s, gradzip::host& exec,
+                    const std::vector<float>& g) {
+  namespace gz = gradzip;
+  rows.push_back(measure(name + " + coo", gz::codec<Structure, gz::quantize::none, gz::encode::coo>{s}, exec, g));
+  rows.push_back(measure(name + " + bitmap", gz::codec<Structure, gz::quantize::none, gz::encode::bitmap>{s}, exec, g));
+  rows.push_back(measure(name + " + delta-varint",
+                         gz::codec<Structure, gz::quantize::none, gz::encode::delta_varint>{s}, exec, g));
+  rows.push_back(measure(name + " + automatic", gz::codec<Structure, gz::quantize::none, gz::encode::automatic>{s}, exec, g));
+}
+
 /// Rows for a values stage on its own (dense) and over top-k 1 % values.
 template <class Values>
 void both(std::vector<row>& rows, const std::string& name, Values values, gradzip::host& exec,
@@ -199,20 +241,20 @@ int main(int argc, char** argv) {
   both(rows, "natural 9-bit", gz::quantize::natural<9>{seed}, exec, g);
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
-    std::snprintf(name, sizeof name, "topk %g%% + none + coo", ratio * 100);
-    rows.push_back(measure(name, topk_codec{gradzip::sparsify::topk::ratio(ratio)}, exec, g));
+    std::snprintf(name, sizeof name, "topk %g%%", ratio * 100);
+    every_encoding(rows, name, gz::sparsify::topk::ratio(ratio), exec, g);
   }
+  every_encoding(rows, "sampled topk (DGC) 1%", gz::sparsify::sampled_topk::ratio(0.01), exec, g);
   {
     std::vector<float> magnitudes(n);
     for (std::size_t i = 0; i < n; ++i) magnitudes[i] = std::abs(g[i]);
     std::nth_element(magnitudes.begin(), magnitudes.begin() + n / 100, magnitudes.end(), std::greater<>());
     const gz::sparsify::threshold cut{magnitudes[n / 100]};  // keeps about 1 %
-    rows.push_back(measure("threshold (tau at the top 1 %) + coo", gz::codec<gz::sparsify::threshold>{cut}, exec, g));
+    every_encoding(rows, "threshold (tau at the top 1 %)", cut, exec, g);
     rows.push_back(measure("threshold (tau at the top 1 %) + uniform 8-bit",
                            gz::codec<gz::sparsify::threshold, gz::quantize::uniform<8>>{cut}, exec, g));
   }
-  rows.push_back(measure("blockwise topk 10 of every 1024 + coo",
-                         gz::codec<gz::sparsify::blockwise_topk>{gz::sparsify::blockwise_topk{1024, 10}}, exec, g));
+  every_encoding(rows, "blockwise topk 10 of every 1024", gz::sparsify::blockwise_topk{1024, 10}, exec, g);
   rows.push_back(measure("randomk 1% (no indices on the wire)",
                          gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                              gz::sparsify::randomk::ratio(0.01, seed)},
@@ -224,6 +266,10 @@ int main(int argc, char** argv) {
   const int steps = 10;
   rows.push_back(measure_feedback("topk 1% + coo + error feedback x10",
                                   topk_codec{gradzip::sparsify::topk::ratio(0.01)}, exec, n, seed, steps));
+  rows.push_back(measure_momentum_correction("sampled topk 1% + auto + DGC momentum x10",
+                                             gz::codec<gz::sparsify::sampled_topk, gz::quantize::none, gz::encode::automatic>{
+                                                 gz::sparsify::sampled_topk::ratio(0.01)},
+                                             exec, n, seed, steps));
   rows.push_back(measure_feedback("scaled sign + error feedback x10",
                                   gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{},
                                   exec, n, seed, steps));

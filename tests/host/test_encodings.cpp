@@ -255,3 +255,56 @@ TEST_CASE("malformed bitmap and delta-varint payloads are rejected with a clear 
      }},
   });
 }
+
+TEST_CASE("delta-varint decodes every control byte and rejects overlong gaps in each slot", "[encodings]") {
+  // Gaps of 1, 2, 3 and 4 bytes in every order: all 256 control bytes appear.
+  const std::uint64_t widths[4] = {0x11, 0x1234, 0x123456, 0x1234567};
+  std::vector<std::uint64_t> idx;
+  std::uint64_t at = 0;
+  for (int round = 0; round < 3; ++round) {  // three chunks: the last one decodes byte by byte
+    for (unsigned ctrl = 0; ctrl < 256; ++ctrl) {
+      for (unsigned s = 0; s < 4; ++s) {
+        at += widths[(ctrl >> (2 * s)) & 3];
+        idx.push_back(at++);
+      }
+    }
+  }
+  const std::uint64_t n = at + 100, k = idx.size();
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t data = 0;
+  for (std::uint64_t c = 0; c < encode::delta_varint::chunks(k); ++c) {
+    offsets.push_back(data);
+    data += encode::delta_varint::chunk_data_bytes(idx.data(), k, 4, c);
+  }
+  std::vector<std::uint8_t> section(encode::delta_varint::data_at(k) + data);
+  for (std::uint64_t c = 0; c < offsets.size(); ++c) encode::delta_varint::write_chunk(section.data(), idx.data(), k, 4, c, offsets[c]);
+  const auto decode = [&](const std::vector<std::uint8_t>& bytes, std::vector<std::uint64_t>& out) {
+    out.clear();
+    for (std::uint64_t c = 0; c < offsets.size(); ++c) {
+      const auto s = encode::delta_varint::decode_chunk(bytes.data(), bytes.size(), k, n, 4, c,
+                                                        [&](std::uint64_t, std::uint64_t i) { out.push_back(i); });
+      if (!s.ok()) return s;
+    }
+    return wire::status{};
+  };
+  std::vector<std::uint64_t> back;
+  REQUIRE(decode(section, back).ok());
+  CHECK(back == idx);
+  // Zero the top byte of the first 2-, 3- and 4-byte gap: each becomes overlong.
+  const std::uint64_t data_at = encode::delta_varint::data_at(k);
+  for (unsigned code = 1; code < 4; ++code) {
+    auto bad = section;
+    std::uint64_t byte = data_at;
+    for (std::uint64_t j = 0; j < k; ++j) {
+      const unsigned c = (bad[encode::delta_varint::chunks(k) * 16 + j / 4] >> (2 * (j % 4))) & 3;
+      if (c == code) {
+        bad[byte + c] = 0;
+        break;
+      }
+      byte += c + 1;
+    }
+    const auto s = decode(bad, back);
+    INFO("code " << code);
+    CHECK(s.code == wire::format_errc::non_canonical_varint);
+  }
+}

@@ -35,7 +35,37 @@
 #include "gradzip/core/config.hpp"
 #include "gradzip/wire/format.hpp"
 
+#if defined(__SSE4_1__) && !defined(__CUDACC__)
+#include <smmintrin.h>
+#define GRADZIP_DELTA_VARINT_SSE 1
+#endif
+
 namespace gradzip::encode {
+
+#if defined(GRADZIP_DELTA_VARINT_SSE)
+namespace detail {
+/// Per control byte (4-byte gap width): the byte shuffle that spreads a group's four gaps
+/// into 32-bit lanes, each lane's smallest canonical value, and the group's data bytes.
+struct group_varint_tables {
+  alignas(16) std::uint8_t shuffle[256][16];
+  alignas(16) std::uint32_t minimum[256][4];
+  std::uint8_t bytes[256];
+  constexpr group_varint_tables() : shuffle{}, minimum{}, bytes{} {
+    for (unsigned ctrl = 0; ctrl < 256; ++ctrl) {
+      unsigned at = 0;
+      for (unsigned s = 0; s < 4; ++s) {
+        const unsigned code = (ctrl >> (2 * s)) & 3;
+        for (unsigned b = 0; b < 4; ++b) shuffle[ctrl][4 * s + b] = b <= code ? static_cast<std::uint8_t>(at + b) : 0x80;
+        minimum[ctrl][s] = code == 0 ? 0u : 1u << (8 * code);
+        at += code + 1;
+      }
+      bytes[ctrl] = static_cast<std::uint8_t>(at);
+    }
+  }
+};
+inline constexpr group_varint_tables group_varint{};
+}  // namespace detail
+#endif
 
 struct delta_varint {
   static constexpr std::uint8_t id = 3;
@@ -158,15 +188,16 @@ struct delta_varint {
     const bool wide_loads = end + 8 <= data_size;  // 8-byte loads stay inside the section
     const std::uint64_t last = c * chunk + chunk < k ? c * chunk + chunk : k;
     std::uint64_t at = begin;
-    for (std::uint64_t j = c * chunk; j < last; j += 4) {
+    std::uint64_t j = c * chunk;
+#if defined(GRADZIP_DELTA_VARINT_SSE)
+    if (width == 4 && end + 16 <= data_size) j = decode_groups4_sse(data, control, j, last, end, n, at, base, f);
+#endif
+#if !defined(__CUDA_ARCH__)
+    if (width == 4 && wide_loads) j = decode_groups4(data, control, j, last, end, n, at, base, f);
+#endif
+    for (; j < last; j += 4) {
       const unsigned ctrl = control[j / 4];
       const unsigned slots = last - j < 4 ? static_cast<unsigned>(last - j) : 4u;
-#if !defined(__CUDA_ARCH__)
-      // The common case on the host, 4-byte gaps and a whole group: four loads at offsets the
-      // control byte alone gives, the checks folded into one branch. A failing group falls
-      // through to the per-slot path below, which names the exact error.
-      if (width == 4 && wide_loads && slots == 4 && decode_group4(data, ctrl, end, n, at, base, j, f)) continue;
-#endif
       if (slots < 4 && (ctrl >> (2 * slots)) != 0) {
         return wire::fail(format_errc::non_canonical_varint, j + slots, (ctrl >> (2 * slots)) & 3, 0);
       }
@@ -197,31 +228,84 @@ struct delta_varint {
   }
 
  private:
-  /// One whole group of 4-byte-width gaps (host): true, with f called, `at` and `base` advanced,
-  /// if it decodes cleanly (in bounds, canonical, below n); false, with nothing done, otherwise.
+  /// The common case on the host, 4-byte gaps in whole groups: four loads at offsets the control
+  /// byte alone gives, the checks folded into one branch per group. Decodes groups from j until
+  /// the last whole one or the first that fails to decode cleanly (out of bounds, overlong, or
+  /// reaching n), calling f, advancing `at` and `base`; returns where it stopped, for the
+  /// per-slot loop to finish (and name the exact error).
   template <class F>
-  static bool decode_group4(const std::uint8_t* data, unsigned ctrl, std::uint64_t end, std::uint64_t n,
-                            std::uint64_t& at, std::uint64_t& base, std::uint64_t j, F& f) {
-    const unsigned c0 = ctrl & 3, c1 = (ctrl >> 2) & 3, c2 = (ctrl >> 4) & 3, c3 = ctrl >> 6;
-    const std::uint64_t o1 = c0 + 1, o2 = o1 + c1 + 1, o3 = o2 + c2 + 1, total = o3 + c3 + 1;
-    if (total > end - at) return false;
-    const std::uint8_t* p = data + at;
-    const std::uint64_t g0 = load_masked(p, c0), g1 = load_masked(p + o1, c1);
-    const std::uint64_t g2 = load_masked(p + o2, c2), g3 = load_masked(p + o3, c3);
-    // Canonical: a gap of code c > 0 has a nonzero top byte.
-    // Bitwise, not short-circuit: codes vary from group to group, and a branch on each mispredicts.
-    const bool overlong = ((c0 != 0) & ((g0 >> (8 * c0)) == 0)) | ((c1 != 0) & ((g1 >> (8 * c1)) == 0)) |
-                          ((c2 != 0) & ((g2 >> (8 * c2)) == 0)) | ((c3 != 0) & ((g3 >> (8 * c3)) == 0));
-    const std::uint64_t i0 = base + g0, i1 = i0 + 1 + g1, i2 = i1 + 1 + g2, i3 = i2 + 1 + g3;
-    if (overlong || i3 >= n) return false;  // no wrap: base <= n < 2^32 and gaps < 2^32
-    f(j, i0);
-    f(j + 1, i1);
-    f(j + 2, i2);
-    f(j + 3, i3);
-    base = i3 + 1;
-    at += total;
-    return true;
+  static std::uint64_t decode_groups4(const std::uint8_t* data, const std::uint8_t* control, std::uint64_t j,
+                                      std::uint64_t last, std::uint64_t end, std::uint64_t n, std::uint64_t& at_ref,
+                                      std::uint64_t& base_ref, F& f) {
+    std::uint64_t at = at_ref, base = base_ref;  // locals: f's stores cannot alias them
+    for (; j + 4 <= last; j += 4) {
+      const unsigned ctrl = control[j / 4];
+      const unsigned c0 = ctrl & 3, c1 = (ctrl >> 2) & 3, c2 = (ctrl >> 4) & 3, c3 = ctrl >> 6;
+      const std::uint64_t o1 = c0 + 1, o2 = o1 + c1 + 1, o3 = o2 + c2 + 1, total = o3 + c3 + 1;
+      if (total > end - at) break;
+      const std::uint8_t* p = data + at;
+      const std::uint64_t g0 = load_masked(p, c0), g1 = load_masked(p + o1, c1);
+      const std::uint64_t g2 = load_masked(p + o2, c2), g3 = load_masked(p + o3, c3);
+      // Canonical: a gap of code c > 0 has a nonzero top byte. Bitwise, not short-circuit:
+      // codes vary from group to group, and a branch on each would mispredict.
+      const bool overlong = ((c0 != 0) & ((g0 >> (8 * c0)) == 0)) | ((c1 != 0) & ((g1 >> (8 * c1)) == 0)) |
+                            ((c2 != 0) & ((g2 >> (8 * c2)) == 0)) | ((c3 != 0) & ((g3 >> (8 * c3)) == 0));
+      const std::uint64_t i0 = base + g0, i1 = i0 + 1 + g1, i2 = i1 + 1 + g2, i3 = i2 + 1 + g3;
+      if (overlong | (i3 >= n)) break;  // no wrap: base <= n < 2^32 and gaps < 2^32
+      f(j, i0);
+      f(j + 1, i1);
+      f(j + 2, i2);
+      f(j + 3, i3);
+      base = i3 + 1;
+      at += total;
+    }
+    at_ref = at;
+    base_ref = base;
+    return j;
   }
+
+#if defined(GRADZIP_DELTA_VARINT_SSE)
+
+  /// decode_groups4 with SSE4.1: one 16-byte load and one shuffle per group, the canonical
+  /// check as a lane-wise max, the prefix sum of (gap + 1) in 64-bit lanes. Needs 16 readable
+  /// bytes past every group's start (the caller checks).
+  template <class F>
+  static std::uint64_t decode_groups4_sse(const std::uint8_t* data, const std::uint8_t* control, std::uint64_t j,
+                                          std::uint64_t last, std::uint64_t end, std::uint64_t n,
+                                          std::uint64_t& at_ref, std::uint64_t& base_ref, F& f) {
+    std::uint64_t at = at_ref;
+    const __m128i one = _mm_set1_epi64x(1);
+    // The index before the group, in both lanes (wraps for base 0: fine mod 2^64). Kept in a
+    // register from group to group, so the loop-carried chain is two vector ops.
+    __m128i before = _mm_set1_epi64x(static_cast<long long>(base_ref - 1));
+    for (; j + 4 <= last; j += 4) {
+      const unsigned ctrl = control[j / 4];
+      const unsigned total = detail::group_varint.bytes[ctrl];
+      if (total > end - at) break;
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + at));
+      const __m128i gaps = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(detail::group_varint.shuffle[ctrl])));
+      const __m128i minimum = _mm_load_si128(reinterpret_cast<const __m128i*>(detail::group_varint.minimum[ctrl]));
+      const bool canonical = _mm_movemask_epi8(_mm_cmpeq_epi32(_mm_max_epu32(gaps, minimum), gaps)) == 0xFFFF;
+      __m128i lo = _mm_add_epi64(_mm_cvtepu32_epi64(gaps), one);                     // g0 + 1, g1 + 1
+      __m128i hi = _mm_add_epi64(_mm_cvtepu32_epi64(_mm_srli_si128(gaps, 8)), one);  // g2 + 1, g3 + 1
+      lo = _mm_add_epi64(lo, _mm_slli_si128(lo, 8));
+      hi = _mm_add_epi64(_mm_add_epi64(hi, _mm_slli_si128(hi, 8)), _mm_unpackhi_epi64(lo, lo));
+      lo = _mm_add_epi64(lo, before);
+      hi = _mm_add_epi64(hi, before);
+      const auto i3 = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+      if (!canonical || i3 >= n) break;  // no wrap: base <= n < 2^32 and gaps < 2^32
+      f(j, static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)));
+      f(j + 1, static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1)));
+      f(j + 2, static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)));
+      f(j + 3, i3);
+      before = _mm_unpackhi_epi64(hi, hi);
+      at += total;
+    }
+    at_ref = at;
+    base_ref = static_cast<std::uint64_t>(_mm_cvtsi128_si64(before)) + 1;
+    return j;
+  }
+#endif
 
   /// The low (code + 1) bytes of the 8 at p.
   static std::uint64_t load_masked(const std::uint8_t* p, unsigned code) {

@@ -31,7 +31,7 @@ struct structure_backend<host, sparsify::sampled_topk> {
     std::byte* scratch = exec.scratch(workspace_bytes<T>(exec, n));
     double& tau = *reinterpret_cast<double*>(scratch + l.tau);
     if (k == 0) return 0;  // keep nothing (not even NaN)
-    search state = bracket(s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
+    search state = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");
@@ -70,13 +70,18 @@ struct structure_backend<host, sparsify::sampled_topk> {
 
   /// Step 2: the sample's keys at ranks m / 2 and 2m (nth_element: the same keys a sort gives).
   template <class T>
-  static search bracket(const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k, std::uint32_t* keys) {
+  static search bracket(host& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
+                        std::uint32_t* keys) {
     const std::uint64_t n = x.size();
     const std::uint64_t size = s.sample_size(n);
-    for (std::uint64_t j = 0; j < size; ++j) {
-      const std::uint64_t i = sparsify::sampled_topk::sample_position(s.seed(), n, size, j);
-      keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[i])));
-    }
+    const std::size_t chunks = chunk_count(exec, size);
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(size, chunks, c);
+      for (std::uint64_t j = r.begin; j < r.end; ++j) {
+        const std::uint64_t i = sparsify::sampled_topk::sample_position(s.seed(), n, size, j);
+        keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[i])));
+      }
+    });
     std::uint64_t high_rank = 1, low_rank = 1;
     search::bracket_ranks(k, n, size, high_rank, low_rank);
     std::nth_element(keys, keys + (low_rank - 1), keys + size, std::greater<>());
@@ -99,10 +104,26 @@ struct structure_backend<host, sparsify::sampled_topk> {
       const index_range r = chunk_of(x.size(), chunks, c);
       const search local = state;
       const T* data = x.data();
-      for (std::size_t i = r.begin; i < r.end; ++i) {
+      const auto add = [&](std::size_t i) {
         const int b = local.bin_of(sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i]))));
         if (b >= 0) ++h[b];
+      };
+      std::size_t i = r.begin;
+      // Most keys lie below the bracket: 64 at a time, a vectorized compare into a bit mask
+      // (threshold's emit does the same), and only the set bits are binned.
+      for (; i + 64 <= r.end; i += 64) {
+        std::uint8_t flag[64];
+        for (int l = 0; l < 64; ++l) {
+          flag[l] = sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i + l]))) >= local.lo ? 1 : 0;
+        }
+        std::uint32_t low = 0, high = 0;
+        pack_32(flag, 1, &low);
+        pack_32(flag + 32, 1, &high);
+        for (std::uint64_t mask = low | (static_cast<std::uint64_t>(high) << 32); mask != 0; mask &= mask - 1) {
+          add(i + static_cast<std::size_t>(__builtin_ctzll(mask)));
+        }
       }
+      for (; i < r.end; ++i) add(i);
     });
     for (std::size_t c = 1; c < chunks; ++c) {
       for (std::size_t b = 0; b < width; ++b) hist[b] += hist[c * width + b];

@@ -378,6 +378,24 @@ class codec {
     detail::payload_backend<Exec>::decode(exec, *this, payload, accum, alpha, false);
   }
 
+  /**
+   * accum <- accum + alpha * (the sum of every payload's decode), host executor: all payloads
+   * are validated before any is applied (a bad one throws format_error naming its position),
+   * and dense payloads are accumulated in one pass over `accum`. What a gather-based allreduce
+   * does with its peers' payloads (comm::allreducer).
+   */
+  template <class Exec, class T>
+  void decompress_add_all(Exec& exec, span<const span<const std::byte>> payloads, span<T> accum,
+                          float alpha = 1.0f) const {
+    static_assert(std::is_same_v<Exec, host>, "decompress_add_all: host executor only (CUDA: decompress_add each)");
+    std::size_t bad = 0;
+    try {
+      detail::payload_backend<Exec>::decode_all(exec, *this, payloads, accum, alpha, false, bad);
+    } catch (const format_error& e) {
+      throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
+    }
+  }
+
   /// dense_out <- decode(payload): every element written (zeros where a sparsifier sent none).
   template <class Exec, class T>
   void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {
@@ -681,15 +699,7 @@ struct payload_backend<host> {
   static void decode(host& exec, const Codec&, span<const std::byte> payload, span<T> out,
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    payload_view v;
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
-    wire::throw_if_failed(Codec::parse(bytes, payload.size(), v), "decompress");
-    if (v.header.flags & wire::flag_checksum) wire::read_header(payload);  // verifies the CRC
-    if (v.header.element_count != out.size()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, v.header.element_count,
-                                       out.size()),
-                            "decompress");
-    }
+    const payload_view v = parse_for<Codec>(payload, out.size());
     if constexpr (Codec::staged) {  // bitmap and delta-varint read their indices in order
       if (v.index_encoding == encode::bitmap::id) return decode_bitmap<Codec>(exec, v, out, alpha, overwrite);
       if (v.index_encoding == encode::delta_varint::id) {
@@ -703,7 +713,119 @@ struct payload_backend<host> {
     }
   }
 
+  /**
+   * out <- (overwrite ? 0 : out) + alpha * sum over p of decode(payloads[p]). Every payload is
+   * validated before any is applied; on a bad one this throws its format_error and sets `bad` to
+   * its position. Dense payloads are then accumulated in one pass over `out`: each chunk of the
+   * output takes every payload's part of it while it is in cache. Sparse payloads scatter one
+   * after another (each touches only its k elements).
+   */
+  template <class Codec, class T>
+  static void decode_all(host& exec, const Codec& codec, span<const span<const std::byte>> payloads, span<T> out,
+                         float alpha, bool overwrite, std::size_t& bad) {
+    static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
+    if constexpr (!Codec::dense) {
+      for (bad = 0; bad < payloads.size(); ++bad) validate_sparse<Codec>(exec, payloads[bad], out.size());
+      for (std::size_t p = 0; p < payloads.size(); ++p) decode(exec, codec, payloads[p], out, alpha, overwrite && p == 0);
+    } else {
+      constexpr std::size_t on_stack = 64;  // more peers than this: one small allocation per call
+      payload_view stack_views[on_stack];
+      std::vector<payload_view> heap_views(payloads.size() > on_stack ? payloads.size() : 0);
+      payload_view* views = payloads.size() > on_stack ? heap_views.data() : stack_views;
+      for (bad = 0; bad < payloads.size(); ++bad) {
+        views[bad] = parse_for<Codec>(payloads[bad], out.size());
+        validate_codes<Codec>(exec, views[bad]);
+      }
+      if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
+      accumulate_dense<Codec>(exec, views, payloads.size(), out, alpha);
+    }
+    bad = payloads.size();
+  }
+
  private:
+  /// Parses a payload for an output of `size` elements, throwing on any frame error.
+  template <class Codec>
+  static payload_view parse_for(span<const std::byte> payload, std::size_t size) {
+    payload_view v;
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
+    wire::throw_if_failed(Codec::parse(bytes, payload.size(), v), "decompress");
+    if (v.header.flags & wire::flag_checksum) wire::read_header(payload);  // verifies the CRC
+    if (v.header.element_count != size) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, v.header.element_count, size), "decompress");
+    }
+    return v;
+  }
+
+  /// Every check `decode` makes on a sparse payload, without writing anything.
+  template <class Codec>
+  static void validate_sparse(host& exec, span<const std::byte> payload, std::size_t size) {
+    const payload_view v = parse_for<Codec>(payload, size);
+    if constexpr (Codec::staged) {
+      if (v.index_encoding == encode::bitmap::id) {
+        std::uint64_t bits = 0;
+        wire::throw_if_failed(encode::bitmap::count_bits(v.indices, size, 0, encode::bitmap::words(size), bits), "decompress");
+        if (bits != v.count) {
+          wire::throw_if_failed(wire::fail(wire::format_errc::bitmap_count_mismatch, bits, v.count), "decompress");
+        }
+        return validate_codes<Codec>(exec, v);
+      }
+      if (v.index_encoding == encode::delta_varint::id) {
+        for (std::uint64_t c = 0; c < encode::delta_varint::chunks(v.count); ++c) {
+          wire::throw_if_failed(encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, size, v.index_width, c,
+                                                                   [](std::uint64_t, std::uint64_t) {}),
+                                "decompress");
+        }
+        return validate_codes<Codec>(exec, v);
+      }
+    }
+    check_every_element<Codec>(exec, v);
+  }
+
+  /// Codec::check_index for every element, in parallel chunks; throws the first failure.
+  template <class Codec>
+  static void check_every_element(host& exec, const payload_view& v) {
+    const std::size_t chunks = chunk_count(exec, v.count);
+    validate_chunks(exec, chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(v.count, chunks, c);
+      for (std::uint64_t j = r.begin; j < r.end; ++j) {
+        const wire::status s = Codec::check_index(v, j);
+        if (!s.ok()) return s;
+      }
+      return wire::status{};
+    });
+  }
+
+  /// The dense half of decode_all: chunk by chunk over `out`, every payload's part of the chunk.
+  template <class Codec, class T>
+  static void accumulate_dense(host& exec, const payload_view* views, std::size_t count, span<T> out, float alpha) {
+    if constexpr (Codec::bucketed) {
+      using Values = typename Codec::values_type;
+      const std::uint64_t groups = (out.size() + 31) / 32;
+      const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, out.size()));
+      for_each_chunk(exec, chunks, [&](std::size_t c) {
+        const index_range g = chunk_of(groups, chunks, c);
+        for (std::size_t p = 0; p < count; ++p) {
+          values_backend<host>::decode_groups<Values>(views[p].scales, views[p].values, views[p].count, g.begin, g.end,
+                                                      identity_index{}, out.data(), alpha);
+        }
+      });
+    } else {
+      const std::size_t chunks = chunk_count(exec, out.size());
+      for_each_chunk(exec, chunks, [&](std::size_t c) {
+        const index_range r = chunk_of(out.size(), chunks, c);
+        T* y = out.data();
+        for (std::size_t p = 0; p < count; ++p) {
+          const payload_view local = views[p];
+          with_element_type(local.header.type, [&](auto type) {
+            for (std::uint64_t j = r.begin; j < r.end; ++j) {
+              accumulate(y[j], Codec::value_at(local, decltype(type)::value, j), alpha);
+            }
+          });
+        }
+      });
+    }
+  }
+
   /// Runs check(c) for every chunk in parallel, its status into found[c], and throws the first
   /// failure in order, so the error names the first bad position.
   template <class Check>
@@ -722,17 +844,8 @@ struct payload_backend<host> {
   /// Every value's code is one the values stage writes (bitmap and delta-varint payloads).
   template <class Codec>
   static void validate_codes(host& exec, const payload_view& v) {
-    if constexpr (needs_code_check<typename Codec::values_type>::value) {
-      const std::size_t chunks = chunk_count(exec, v.count);
-      validate_chunks(exec, chunks, [&](std::size_t c) {
-        const index_range r = chunk_of(v.count, chunks, c);
-        for (std::uint64_t j = r.begin; j < r.end; ++j) {
-          const wire::status s = Codec::check_index(v, j);  // the code half: no COO indices here
-          if (!s.ok()) return s;
-        }
-        return wire::status{};
-      });
-    }
+    // The code half of check_index: there are no COO indices in these payloads.
+    if constexpr (needs_code_check<typename Codec::values_type>::value) check_every_element<Codec>(exec, v);
   }
 
   /// Calls apply(local view, element type tag) with the view copied into a local (stores into
@@ -811,16 +924,7 @@ struct payload_backend<host> {
   static void decode_values(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
     // Validate every index before writing anything (a bad payload changes nothing).
     const std::size_t chunks = chunk_count(exec, v.count);
-    if constexpr (Codec::checks_elements) {
-      validate_chunks(exec, chunks, [&](std::size_t c) {
-        const index_range r = chunk_of(v.count, chunks, c);
-        for (std::uint64_t j = r.begin; j < r.end; ++j) {
-          const wire::status s = Codec::check_index(v, j);
-          if (!s.ok()) return s;
-        }
-        return wire::status{};
-      });
-    }
+    if constexpr (Codec::checks_elements) check_every_element<Codec>(exec, v);
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
     with_element_type(v.header.type, [&](auto type) {
       for_each_chunk(exec, chunks, [&](std::size_t c) {  // indices are increasing: chunks never overlap

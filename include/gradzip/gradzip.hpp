@@ -7,6 +7,7 @@
 #pragma once
 
 #include "gradzip/codec.hpp"
+#include "gradzip/comm/collective.hpp"
 #include "gradzip/core/config.hpp"
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"

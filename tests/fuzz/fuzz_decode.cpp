@@ -1,4 +1,4 @@
-// libFuzzer target: any byte string given to the reader and the top-k decoder either decodes or
+// libFuzzer target: any byte string given to the reader and the sparse decoders either decodes or
 // raises gradzip::format_error; AddressSanitizer and UBSan catch any out-of-bounds access.
 #include <cstddef>
 #include <cstdint>
@@ -28,5 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     codec.decompress(exec, bytes, gradzip::span<double>(dense));
   } catch (const gradzip::format_error&) {
   }
+  // The staged index encodings (the automatic decoder reads all three) and a bucketed stage
+  // over them; the golden seeds include bitmap, delta-varint and automatic payloads.
+  namespace gz = gradzip;
+  const auto attempt = [&](const auto& c) {
+    try {
+      c.decompress_add(exec, bytes, gradzip::span<float>(accum), 0.5f);
+    } catch (const gradzip::format_error&) {
+    }
+  };
+  attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::automatic>{});
+  attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{});
+  attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint>{});
+  attempt(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::automatic>{});
   return 0;
 }

@@ -99,6 +99,21 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
                                           golden_input<float>(130, 15), {4, 3}));
   }
 
+  // Index encodings: bitmap, delta-varint (three chunks), automatic (its choice recorded), and
+  // DGC's sampled top-k.
+  check_golden("topk40_bitmap_f32_n300.grdz",
+               test::compress(codec<sparsify::topk, quantize::none, encode::bitmap>{sparsify::topk::count(40)}, exec,
+                              golden_input<float>(300, 16)));
+  check_golden("topk2500_delta_varint_f32_n9000.grdz",
+               test::compress(codec<sparsify::topk, quantize::none, encode::delta_varint>{sparsify::topk::count(2500)},
+                              exec, golden_input<float>(9000, 17)));
+  check_golden("topk60_automatic_f32_n5000.grdz",
+               test::compress(codec<sparsify::topk, quantize::none, encode::automatic>{sparsify::topk::count(60)}, exec,
+                              golden_input<float>(5000, 18)));
+  check_golden("sampled_topk_ratio5pct_f32_n4000.grdz",
+               test::compress(codec<sparsify::sampled_topk>{sparsify::sampled_topk::ratio(0.05)}, exec,
+                              golden_input<float>(4000, 19)));
+
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);
   const auto g = golden_input<float>(8, 5);

@@ -66,3 +66,12 @@ GRADZIP_HOST_DEVICE inline int lowest_bit64(std::uint64_t x) {
 }
 
 }  // namespace gradzip::detail
+
+/// Before a GRADZIP_HOST_DEVICE function template that calls a functor: host code may pass it
+/// a host-only functor (a lambda), which is fine, and nvcc would otherwise warn about every such
+/// instantiation (#20013).
+#if defined(__CUDACC__)
+#define GRADZIP_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define GRADZIP_EXEC_CHECK_DISABLE
+#endif

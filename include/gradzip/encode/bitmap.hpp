@@ -83,6 +83,7 @@ struct bitmap {
   }
 
   /// f(j, index) for every set bit of words [w0, w1) in order, j counting up from `first`.
+  GRADZIP_EXEC_CHECK_DISABLE
   template <class F>
   GRADZIP_HOST_DEVICE static void for_each_index(const std::uint8_t* section, std::uint64_t w0,
                                                  std::uint64_t w1, std::uint64_t first, F&& f) {

@@ -167,6 +167,7 @@ struct delta_varint {
    * length code (canonical, in bounds), every index (< n), its table entry, and that the next
    * chunk's base continues where this chunk ends; stops at the first failure.
    */
+  GRADZIP_EXEC_CHECK_DISABLE
   template <class F>
   GRADZIP_HOST_DEVICE static wire::status decode_chunk(const std::uint8_t* section, std::uint64_t size,
                                                        std::uint64_t k, std::uint64_t n, int width,

@@ -1,0 +1,205 @@
+/**
+ * @file collective.hpp
+ * @brief `comm::communicator` (what gradzip needs from a communication stack) and
+ * `comm::allreducer` (compressed allreduce of one tensor on top of it).
+ *
+ * A communicator offers three collectives: an in-place sum of a typed buffer, an allgather of
+ * one u64 per rank, and an allgather-v of bytes. gradzip ships adapters for MPI
+ * (`comm/mpi.hpp`) and NCCL (`comm/nccl.cuh`); for anything else (Gloo, a parameter server, a
+ * test harness) derive from `communicator` and implement those three, as docs/communication.md
+ * shows for Gloo.
+ *
+ * `allreducer<Codec, T, Exec>` averages one tensor over all ranks through a codec:
+ *
+ * - summable codecs (`codec::summable`: dense fp32, fp16 and bf16 casts, random-k with a shared
+ *   seed) compress, sum the payload's values section with one `allreduce_sum` (every rank's
+ *   frame is the same), and decode once;
+ * - all others compress, allgather the payload sizes, allgather-v the payloads, and decode each
+ *   peer's payload into the output (scaled by 1 / ranks). Every received payload is validated;
+ *   a bad one throws `gradzip::format_error` naming the rank that sent it, and nothing of it is
+ *   applied.
+ *
+ * With error feedback on, the residual of this tensor lives in the allreducer (one per tensor).
+ * All buffers are sized at construction: a step allocates nothing.
+ *
+ * @code
+ * gradzip::comm::mpi_communicator comm{MPI_COMM_WORLD};
+ * using topk = gradzip::codec<gradzip::sparsify::topk>;
+ * gradzip::comm::allreducer<topk, float, gradzip::host> ar(exec, topk{gradzip::sparsify::topk::ratio(0.01)},
+ *                                                          n, comm.size(), true);
+ * ar.run(comm, exec, grad, {step, 0});   // grad <- average over ranks of the decoded payloads
+ * @endcode
+ */
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/core/span.hpp"
+#include "gradzip/feedback/error_feedback.hpp"
+#include "gradzip/wire/reader.hpp"
+
+namespace gradzip::comm {
+
+class communicator {
+ public:
+  virtual ~communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// data[0 .. count) <- the element-wise sum over all ranks, in place. Buffers are in the
+  /// memory the implementation documents (host for MPI unless CUDA-aware, device for NCCL).
+  virtual void allreduce_sum(void* data, std::size_t count, element_type type) = 0;
+  /// sizes[r] <- rank r's `mine`, for every r (host memory).
+  virtual void allgather_sizes(std::uint64_t mine, span<std::uint64_t> sizes) = 0;
+  /// Every rank's `mine`, concatenated in rank order into `all`; sizes[r] is rank r's length
+  /// (from allgather_sizes).
+  virtual void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all,
+                                span<const std::uint64_t> sizes) = 0;
+};
+
+namespace detail {
+
+/// The element type a summable codec's values section holds for input T, if the communicator
+/// can sum it (f32, f64, f16, bf16); empty otherwise (fp8 casts: summed through the gather).
+template <class Values, class T>
+constexpr std::optional<element_type> summed_type() {
+  if constexpr (std::is_same_v<Values, quantize::none>) {
+    return element_traits<T>::type;
+  } else if constexpr (std::is_same_v<Values, quantize::cast_fp16>) {
+    return element_type::f16;
+  } else if constexpr (std::is_same_v<Values, quantize::cast_bf16>) {
+    return element_type::bf16;
+  } else {
+    return std::nullopt;
+  }
+}
+
+}  // namespace detail
+
+template <class Codec, class T, class Exec>
+class allreducer {
+  using ops = gradzip::detail::executor_ops<Exec>;
+
+ public:
+  /// For a tensor of n elements over `ranks` ranks; `error_feedback` keeps a residual.
+  allreducer(Exec& exec, Codec codec, std::size_t n, int ranks, bool error_feedback)
+      : codec_(codec),
+        n_(n),
+        ranks_(ranks),
+        payload_(ops::template allocate_zeroed<std::byte>(exec, codec.template max_compressed_bytes<T>(n))),
+        gathered_(ops::template allocate_zeroed<std::byte>(
+            exec, summable_path() ? 0 : static_cast<std::size_t>(ranks) * codec.template max_compressed_bytes<T>(n))),
+        sizes_(static_cast<std::size_t>(ranks)),
+        peers_(static_cast<std::size_t>(ranks)) {
+    GRADZIP_EXPECTS(ranks >= 1, "allreducer: ranks must be >= 1, got ", ranks);
+    if (error_feedback) feedback_ = std::make_unique<feedback::error_feedback<Codec, T, Exec>>(exec, codec, n);
+    exec.reserve(codec.template workspace_bytes<T>(exec, n));
+  }
+
+  /// Whether this codec goes through one allreduce of its payload (else a gather).
+  static constexpr bool summable_path() { return Codec::summable && detail::summed_type<typename Codec::values_type, T>().has_value(); }
+
+  /// Payload bytes this rank sent in the last `run`.
+  std::size_t last_payload_bytes() const noexcept { return last_bytes_; }
+  /// Bytes this rank put on the wire in the last `run` (the payload, plus 8 for its size on
+  /// the gather path).
+  std::size_t last_sent_bytes() const noexcept { return last_bytes_ + (summable_path() ? 0 : 8); }
+
+  /// grad (in `exec`'s memory, n elements): in, this rank's gradient; out, the average over
+  /// ranks of the decoded payloads. Collective: every rank calls it with the same codec.
+  void run(communicator& comm, Exec& exec, span<T> grad, quantize::compress_context ctx = {}) {
+    GRADZIP_EXPECTS(grad.size() == n_, "allreducer: gradient has ", grad.size(), " elements, expected ", n_);
+    GRADZIP_EXPECTS(comm.size() == ranks_, "allreducer: communicator has ", comm.size(), " ranks, built for ",
+                    ranks_);
+    span<std::byte> payload = ops::view(payload_);
+    last_bytes_ = feedback_ ? feedback_->compress(exec, span<const T>(grad), payload, ctx)
+                            : codec_.compress(exec, span<const T>(grad), payload, ctx);
+    const float average = 1.0f / static_cast<float>(ranks_);
+    if constexpr (summable_path()) {
+      // Every rank's frame is the same (same codec, n and count): sum the values section only.
+      const wire::payload_layout l = Codec::layout(element_traits<T>::type, n_, codec_.structure().selected_count(n_));
+      const auto& values = l.at(Codec::section_count - 1);
+      const element_type type = *detail::summed_type<typename Codec::values_type, T>();
+      comm.allreduce_sum(payload.data() + values.offset, values.size / element_size(type), type);
+      gradzip::detail::payload_backend<Exec>::decode(exec, codec_, span<const std::byte>(payload.data(), last_bytes_),
+                                                      grad, average, true);
+      check(exec);
+    } else {
+      comm.allgather_sizes(last_bytes_, span<std::uint64_t>(sizes_));
+      std::uint64_t total = 0;
+      const std::uint64_t most = codec_.template max_compressed_bytes<T>(n_);
+      for (int r = 0; r < ranks_; ++r) {
+        if (sizes_[r] > most) {
+          throw format_error(wire::format_errc::truncated,
+                             gradzip::detail::concat("allreducer: rank ", r, " announced a ", sizes_[r],
+                                                     "-byte payload, larger than the codec's bound ", most));
+        }
+        total += sizes_[r];
+      }
+      span<std::byte> all = ops::view(gathered_);
+      comm.allgatherv_bytes(span<const std::byte>(payload.data(), last_bytes_), all.subspan(0, total),
+                            span<const std::uint64_t>(sizes_));
+      std::uint64_t at = 0;
+      for (int r = 0; r < ranks_; ++r) {
+        peers_[static_cast<std::size_t>(r)] = span<const std::byte>(all.data() + at, sizes_[r]);
+        at += sizes_[r];
+      }
+      decode_peers(exec, grad, average);
+    }
+  }
+
+  /// The error-feedback residual's state, for checkpoints (error feedback must be on).
+  std::vector<std::byte> save(Exec& exec) const {
+    GRADZIP_EXPECTS(feedback_ != nullptr, "allreducer::save: error feedback is off: no state");
+    return feedback_->save(exec);
+  }
+  void restore(Exec& exec, span<const std::byte> bytes) {
+    GRADZIP_EXPECTS(feedback_ != nullptr, "allreducer::restore: error feedback is off: no state");
+    feedback_->restore(exec, bytes);
+  }
+
+ private:
+  /// On CUDA, decode errors surface at check(); the host decoder throws by itself.
+  static void check(Exec& exec) {
+    if constexpr (!std::is_same_v<Exec, host>) exec.check();
+  }
+
+  /// grad <- average * the sum of the peers' decoded payloads, every payload validated first.
+  /// Host: one fused pass (codec::decompress_add_all's machinery); CUDA: peer by peer, each
+  /// decode checked so that a bad payload is attributed to its rank.
+  void decode_peers(Exec& exec, span<T> grad, float average) {
+    std::size_t bad = 0;
+    try {
+      if constexpr (std::is_same_v<Exec, host>) {
+        gradzip::detail::payload_backend<host>::decode_all(exec, codec_, span<const span<const std::byte>>(peers_),
+                                                           grad, average, true, bad);
+      } else {
+        for (bad = 0; bad < peers_.size(); ++bad) {
+          gradzip::detail::payload_backend<Exec>::decode(exec, codec_, peers_[bad], grad, average, bad == 0);
+          check(exec);
+        }
+      }
+    } catch (const format_error& e) {
+      throw format_error(e.code(), gradzip::detail::concat("allreducer: payload from rank ", bad, ": ", e.what()));
+    }
+  }
+
+  Codec codec_;
+  std::size_t n_;
+  int ranks_;
+  typename ops::template buffer<std::byte> payload_;
+  typename ops::template buffer<std::byte> gathered_;
+  std::vector<std::uint64_t> sizes_;
+  std::vector<span<const std::byte>> peers_;  // each rank's payload inside gathered_
+  std::unique_ptr<feedback::error_feedback<Codec, T, Exec>> feedback_;  // null: no error feedback
+  std::size_t last_bytes_ = 0;
+};
+
+}  // namespace gradzip::comm

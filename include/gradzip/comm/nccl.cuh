@@ -1,0 +1,104 @@
+/**
+ * @file nccl.cuh
+ * @brief `comm::nccl_communicator`: gradzip's communicator over an NCCL communicator and a CUDA
+ * stream, for `allreducer<Codec, T, gradzip::cuda>`.
+ *
+ * Buffers are device memory. `allreduce_sum` is one `ncclAllReduce` (fp32, fp64, fp16 and bf16
+ * natively); `allgather_sizes` gathers into device memory and copies the sizes to the host (one
+ * synchronization: the host needs them to lay out the gather); `allgatherv_bytes` is a group of
+ * one `ncclBroadcast` per rank, each rank's payload straight into its place. Use the same stream
+ * for the executor (`gradzip::cuda exec{stream}`) so that compress, the collectives and decode
+ * stay ordered. Every NCCL error becomes a `gradzip::cuda_error` naming the call.
+ *
+ * This header includes <nccl.h>; the rest of gradzip never does. Link libnccl
+ * (`find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})`).
+ *
+ * @code
+ * ncclComm_t nccl;  ncclCommInitRank(&nccl, ranks, id, rank);
+ * gradzip::comm::nccl_communicator comm{nccl, stream};
+ * gradzip::cuda exec{stream};
+ * gradzip::comm::allreducer<codec_t, float, gradzip::cuda> all(exec, codec, n, ranks, true);
+ * all.run(comm, exec, d_grad, {step, 0});
+ * @endcode
+ */
+#pragma once
+
+#include <nccl.h>
+
+#include <vector>
+
+#include "gradzip/comm/collective.hpp"
+#include "gradzip/core/cuda.cuh"
+
+#define GRADZIP_NCCL_TRY(call)                                                                     \
+  do {                                                                                             \
+    const ncclResult_t gradzip_nccl_status_ = (call);                                              \
+    if (gradzip_nccl_status_ != ncclSuccess) {                                                     \
+      throw ::gradzip::cuda_error(::gradzip::detail::concat(#call, " failed: ",                    \
+                                                            ncclGetErrorString(gradzip_nccl_status_), \
+                                                            " at ", __FILE__, ":", __LINE__));      \
+    }                                                                                              \
+  } while (0)
+
+namespace gradzip::comm {
+
+class nccl_communicator final : public communicator {
+ public:
+  nccl_communicator(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
+    GRADZIP_NCCL_TRY(ncclCommUserRank(comm_, &rank_));
+    GRADZIP_NCCL_TRY(ncclCommCount(comm_, &size_));
+    sizes_ = gradzip::detail::device_buffer<std::uint64_t>(static_cast<std::size_t>(size_));
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(void* data, std::size_t count, element_type type) override {
+    GRADZIP_NCCL_TRY(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_));
+  }
+
+  void allgather_sizes(std::uint64_t mine, span<std::uint64_t> sizes) override {
+    GRADZIP_EXPECTS(sizes.size() == static_cast<std::size_t>(size_), "allgather_sizes: ", sizes.size(),
+                    " slots for ", size_, " ranks");
+    std::uint64_t* slot = sizes_.data() + rank_;
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(slot, &mine, sizeof mine, cudaMemcpyHostToDevice, stream_));
+    GRADZIP_NCCL_TRY(ncclAllGather(slot, sizes_.data(), 1, ncclUint64, comm_, stream_));
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(sizes.data(), sizes_.data(), sizes.size() * sizeof(std::uint64_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+    GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_));  // `mine` is a local, and the host needs the sizes
+  }
+
+  void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all, span<const std::uint64_t> sizes) override {
+    GRADZIP_EXPECTS(sizes.size() == static_cast<std::size_t>(size_), "allgatherv_bytes: ", sizes.size(),
+                    " sizes for ", size_, " ranks");
+    std::uint64_t total = 0;
+    for (std::uint64_t s : sizes) total += s;
+    GRADZIP_EXPECTS(total <= all.size(), "allgatherv_bytes: ", total, " bytes to gather into ", all.size());
+    GRADZIP_NCCL_TRY(ncclGroupStart());
+    std::uint64_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      const void* send = r == rank_ ? static_cast<const void*>(mine.data()) : nullptr;
+      GRADZIP_NCCL_TRY(ncclBroadcast(send, all.data() + at, sizes[static_cast<std::size_t>(r)], ncclUint8, r, comm_, stream_));
+      at += sizes[static_cast<std::size_t>(r)];
+    }
+    GRADZIP_NCCL_TRY(ncclGroupEnd());
+  }
+
+ private:
+  static ncclDataType_t nccl_type(element_type type) {
+    switch (type) {
+      case element_type::f32: return ncclFloat32;
+      case element_type::f64: return ncclFloat64;
+      case element_type::f16: return ncclFloat16;
+      case element_type::bf16: return ncclBfloat16;
+    }
+    throw invalid_argument(gradzip::detail::concat("nccl_communicator: cannot sum element type ", static_cast<int>(type)));
+  }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  int rank_ = 0, size_ = 1;
+  gradzip::detail::device_buffer<std::uint64_t> sizes_;
+};
+
+}  // namespace gradzip::comm

@@ -1,0 +1,248 @@
+// comm::allreducer over an in-process communicator: P threads, one per rank, sharing buffers
+// behind a barrier. Checks the average against a plain reference on both paths (one allreduce
+// for summable codecs, gather + decode otherwise), error feedback, and that a peer's bad bytes
+// raise an error naming that peer.
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+#include "gradzip/comm/collective.hpp"
+
+using namespace gradzip;
+
+namespace {
+
+/// What the ranks of one in-process "job" share.
+struct shared_state {
+  explicit shared_state(int ranks) : ranks(ranks), slots(static_cast<std::size_t>(ranks)) {}
+  int ranks;
+  std::mutex mutex;
+  std::condition_variable turn;
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  std::vector<std::vector<std::byte>> slots;  // each rank's contribution to the current collective
+
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex);
+    const std::uint64_t mine = generation;
+    if (++arrived == ranks) {
+      arrived = 0;
+      ++generation;
+      turn.notify_all();
+    } else {
+      turn.wait(lock, [&] { return generation != mine; });
+    }
+  }
+};
+
+class thread_communicator final : public comm::communicator {
+ public:
+  thread_communicator(shared_state& s, int rank, int corrupt_from = -1) : s_(s), rank_(rank), corrupt_(corrupt_from) {}
+  int rank() const override { return rank_; }
+  int size() const override { return s_.ranks; }
+
+  void allreduce_sum(void* data, std::size_t count, element_type type) override {
+    REQUIRE(type == element_type::f32);
+    publish(data, count * 4);
+    std::vector<float> sum(count, 0.0f);
+    for (const auto& slot : s_.slots) {  // rank order: every rank gets the same bits
+      for (std::size_t i = 0; i < count; ++i) {
+        float v;
+        std::memcpy(&v, slot.data() + 4 * i, 4);
+        sum[i] += v;
+      }
+    }
+    s_.barrier();
+    std::memcpy(data, sum.data(), count * 4);
+  }
+
+  void allgather_sizes(std::uint64_t mine, span<std::uint64_t> sizes) override {
+    publish(&mine, 8);
+    for (int r = 0; r < s_.ranks; ++r) std::memcpy(&sizes[static_cast<std::size_t>(r)], s_.slots[r].data(), 8);
+    s_.barrier();
+  }
+
+  void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all, span<const std::uint64_t> sizes) override {
+    publish(mine.data(), mine.size());
+    std::size_t at = 0;
+    for (int r = 0; r < s_.ranks; ++r) {
+      REQUIRE(s_.slots[r].size() == sizes[static_cast<std::size_t>(r)]);
+      std::memcpy(all.data() + at, s_.slots[r].data(), s_.slots[r].size());
+      if (r == corrupt_) all[at] ^= std::byte{0xFF};  // this peer's bytes arrive damaged (its magic)
+      at += s_.slots[r].size();
+    }
+    s_.barrier();
+  }
+
+ private:
+  void publish(const void* data, std::size_t bytes) {
+    s_.barrier();  // everyone finished reading the previous collective
+    s_.slots[rank_].assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + bytes);
+    s_.barrier();  // every slot written
+  }
+
+  shared_state& s_;
+  int rank_;
+  int corrupt_;
+};
+
+/// Runs body(rank, communicator) on `ranks` threads; returns each rank's exception message ("" if none).
+std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body) {
+  shared_state s(ranks);
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      thread_communicator c(s, r, corrupt_from);
+      try {
+        body(r, c);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::vector<float> gradient_of(int rank, std::size_t n) { return gradzip_tools::synthetic_gradient<float>(n, 500 + rank); }
+
+/// The reference: the mean over ranks of each rank's decoded payload.
+template <class Codec>
+std::vector<float> reference_average(const Codec& c, int ranks, std::size_t n) {
+  std::vector<float> mean(n, 0.0f);
+  host exec(1);
+  for (int r = 0; r < ranks; ++r) {
+    const auto p = test::compress(c, exec, gradient_of(r, n));
+    c.decompress_add(exec, span<const std::byte>(p), span<float>(mean), 1.0f / static_cast<float>(ranks));
+  }
+  return mean;
+}
+
+}  // namespace
+
+TEST_CASE("allreducer averages over ranks through a gather for non-summable codecs", "[collective]") {
+  const int ranks = 4;
+  const std::size_t n = 30000;
+  using topk = codec<sparsify::topk, quantize::none, encode::automatic>;
+  const topk c{sparsify::topk::ratio(0.01)};
+  static_assert(!comm::allreducer<topk, float, host>::summable_path());
+  const auto expected = reference_average(c, ranks, n);
+  std::vector<std::vector<float>> got(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<topk, float, host> all(exec, c, n, ranks, false);
+    auto g = gradient_of(r, n);
+    all.run(comm, exec, span<float>(g));
+    got[static_cast<std::size_t>(r)] = g;
+  });
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(errors[r].empty());
+    CHECK(got[r] == expected);  // the same order of accumulation as the reference
+  }
+}
+
+TEST_CASE("allreducer sums summable payloads with one allreduce", "[collective]") {
+  const int ranks = 3;
+  const std::size_t n = 20000;
+  using rk = codec<sparsify::randomk, quantize::none, encode::none>;
+  const rk c{sparsify::randomk::ratio(0.02, 11)};
+  static_assert(comm::allreducer<rk, float, host>::summable_path());
+  std::vector<std::vector<float>> got(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<rk, float, host> all(exec, c, n, ranks, false);
+    auto g = gradient_of(r, n);
+    all.run(comm, exec, span<float>(g), {5, 1});
+    got[static_cast<std::size_t>(r)] = g;
+  });
+  // Reference: the summed gradient's payload, decoded and divided by the ranks.
+  std::vector<float> sum(n, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const auto g = gradient_of(r, n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] += g[i];
+  }
+  host exec;
+  std::vector<float> expected(n, 0.0f);
+  const auto summed = test::compress(c, exec, sum, {5, 1});
+  c.decompress_add(exec, span<const std::byte>(summed), span<float>(expected), 1.0f / ranks);
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(errors[r].empty());
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(got[r][i] == Approx(expected[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("allreducer keeps an error-feedback residual per tensor", "[collective]") {
+  const int ranks = 2;
+  const std::size_t n = 5000;
+  using topk = codec<sparsify::topk>;
+  const topk c{sparsify::topk::ratio(0.01)};
+  std::vector<std::vector<float>> residual_sum(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<topk, float, host> all(exec, c, n, ranks, true);
+    feedback::error_feedback<topk, float, host> reference(exec, c, n);
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      auto g = gradient_of(r + 10 * static_cast<int>(step), n);
+      std::vector<std::byte> out(reference.max_compressed_bytes<float>());
+      reference.compress(exec, span<const float>(g), span<std::byte>(out));
+      all.run(comm, exec, span<float>(g), {step, 0});
+    }
+    // The allreducer's saved residual equals a plain error_feedback's after the same steps.
+    CHECK(all.save(exec) == reference.save(exec));
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+}
+
+TEST_CASE("allreducer names the rank whose payload is bad and applies none of it", "[collective]") {
+  const int ranks = 4;
+  const std::size_t n = 10000;
+  using q = codec<sparsify::none, quantize::qsgd<7>, encode::none>;
+  const auto errors = on_ranks(ranks, 2, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<q, float, host> all(exec, q{}, n, ranks, false);
+    auto g = gradient_of(r, n);
+    all.run(comm, exec, span<float>(g));
+  });
+  for (int r = 0; r < ranks; ++r) {
+    INFO(errors[r]);
+    CHECK(errors[r].find("payload from rank 2") != std::string::npos);
+  }
+  CHECK_THROWS_AS((comm::allreducer<q, float, host>(*std::make_unique<host>(), q{}, n, 0, false)), invalid_argument);
+}
+
+TEST_CASE("decompress_add_all equals decoding the payloads one by one, and names a bad one", "[collective]") {
+  const std::size_t n = 70001;
+  host exec;
+  const auto check_codec = [&](const auto& c) {
+    std::vector<std::vector<std::byte>> payloads;
+    std::vector<span<const std::byte>> views;
+    for (int r = 0; r < 5; ++r) payloads.push_back(test::compress(c, exec, gradient_of(r, n), {1, 0}));
+    for (const auto& p : payloads) views.emplace_back(p);
+    std::vector<float> fused = gradient_of(9, n), one_by_one = fused;
+    c.decompress_add_all(exec, span<const span<const std::byte>>(views), span<float>(fused), 0.2f);
+    for (const auto& p : payloads) c.decompress_add(exec, span<const std::byte>(p), span<float>(one_by_one), 0.2f);
+    CHECK(fused == one_by_one);
+    // A bad third payload: an error naming it, and nothing applied (not even the first two).
+    payloads[2][0] ^= std::byte{1};
+    const auto before = fused;
+    try {
+      c.decompress_add_all(exec, span<const span<const std::byte>>(views), span<float>(fused), 0.2f);
+      FAIL("accepted");
+    } catch (const format_error& e) {
+      CHECK(std::string(e.what()).find("payload 2 of 5") != std::string::npos);
+    }
+    CHECK(fused == before);
+  };
+  check_codec(codec<sparsify::none, quantize::none, encode::none>{});
+  check_codec(codec<sparsify::none, quantize::uniform<4>, encode::none>{});
+  check_codec(codec<sparsify::none, quantize::qsgd<7>, encode::none>{{}, quantize::qsgd<7>{3}});
+  check_codec(codec<sparsify::topk, quantize::none, encode::automatic>{sparsify::topk::ratio(0.02)});
+  check_codec(codec<sparsify::threshold, quantize::none, encode::bitmap>{sparsify::threshold{0.5}});
+  check_codec(codec<sparsify::topk, quantize::uniform<4>, encode::delta_varint>{sparsify::topk::ratio(0.02)});
+}

@@ -1,0 +1,241 @@
+/**
+ * @file count_sketch.hpp
+ * @brief `sketch::count_sketch`: a rows x columns Count Sketch of a gradient (Charikar et al.
+ * 2002; FetchSGD, Rothchild et al. 2020), mergeable by summing, unsketched to its heavy hitters.
+ *
+ * Row r adds s_r(i) x_i into column h_r(i) of its row, for every element i. The bucket h_r(i)
+ * and the sign s_r(i) come from one 64-bit hash of (seed, r, i), computed on the fly: the high
+ * bits pick the bucket (multiply-shift onto [0, columns)), bit 0 the sign. SplitMix64's
+ * finalizer is not a proven 2- or 4-wise independent family, but it is a bijection with full
+ * avalanche; tests/host/test_count_sketch.cpp checks the properties the estimator relies on
+ * (linearity, unbiased estimates, recall of planted heavy hitters). Nothing is precomputed:
+ * FetchSGD's reference code stores r x n hash tables (about 12 bytes per element per row).
+ *
+ * Sketches of the same (rows, columns, seed) and n sum element-wise to the sketch of the summed
+ * gradients (`summable`: an allreduce of the table is the sketch of the sum; `merge` adds two on
+ * the host). `estimate` gives every element's median-of-rows estimate; `unsketch` returns the k
+ * largest estimates as a top-k payload (`codec<sparsify::topk>`), so any gradzip decoder applies
+ * it. Each column is summed in increasing element order, so a sketch's bytes do not depend on
+ * the thread count.
+ *
+ * Payload: codec id 00 06 00 00; params (u32 rows, u32 0, u64 columns, u64 seed), then the table
+ * as rows x columns fp32, row-major. The header's element count is n. Host executor; the CUDA
+ * backend is not written yet (issue 5).
+ *
+ * @code
+ * gradzip::sketch::count_sketch cs{5, n / 100, seed};
+ * std::vector<std::byte> table(cs.payload_bytes(n));
+ * cs.compress(exec, grad, table);                    // then allreduce the table, or merge
+ * std::vector<std::byte> top(cs.max_unsketch_bytes(n, k));
+ * top.resize(cs.unsketch(exec, table, k, top));      // a codec<sparsify::topk> payload
+ * @endcode
+ */
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include "gradzip/codec.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/random/hash.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip::sketch {
+
+class count_sketch {
+ public:
+  static constexpr std::uint8_t structure_id = 6;
+  static constexpr wire::codec_id id{0, structure_id, 0, 0};
+  static constexpr bool summable = true;
+  static constexpr std::uint32_t max_rows = 31;
+  static constexpr std::uint64_t params_bytes = 24;
+
+  count_sketch(std::uint32_t rows, std::uint64_t columns, std::uint64_t seed)
+      : rows_(rows), columns_(columns), seed_(seed) {
+    GRADZIP_EXPECTS(rows >= 1 && rows <= max_rows, "count_sketch: rows must be in [1, ", max_rows, "], got ", rows);
+    GRADZIP_EXPECTS(columns >= 1 && columns <= (std::uint64_t{1} << 40), "count_sketch: columns must be in [1, 2^40], got ",
+                    columns);
+  }
+
+  std::uint32_t rows() const noexcept { return rows_; }
+  std::uint64_t columns() const noexcept { return columns_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+
+  /// The hash of element i in row r: bucket from the high bits, sign from bit 0.
+  GRADZIP_HOST_DEVICE static std::uint64_t hash_of(std::uint64_t seed, std::uint32_t row, std::uint64_t i) {
+    return hash64(hash64(seed, row), i);
+  }
+  GRADZIP_HOST_DEVICE static std::uint64_t bucket_of(std::uint64_t hash, std::uint64_t columns) {
+    return hash_to_range(hash, columns);
+  }
+  GRADZIP_HOST_DEVICE static float sign_of(std::uint64_t hash) { return (hash & 1) != 0 ? -1.0f : 1.0f; }
+
+  /// The payload layout for a sketch of n elements (its size does not depend on n).
+  wire::payload_layout layout() const {
+    wire::payload_layout l;
+    l.add(wire::tag::params, params_bytes);
+    l.add(wire::tag::values, static_cast<std::uint64_t>(rows_) * columns_ * sizeof(float));
+    return l;
+  }
+  std::size_t payload_bytes(std::size_t /*n*/) const { return layout().total_bytes(); }
+
+  /// Sketches x into `out` (payload_bytes bytes); returns the payload's size.
+  template <class T>
+  std::size_t compress(host& exec, span<const T> x, span<std::byte> out) const {
+    const wire::payload_layout l = layout();
+    GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "count_sketch::compress: output holds ", out.size(),
+                    " bytes, the sketch needs ", l.total_bytes());
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    wire::write_header(base, l, element_type::f32, id, x.size());
+    std::uint8_t* params = base + l.at(0).offset;
+    std::memset(params, 0, params_bytes);
+    wire::detail::store_le(params, rows_, 4);
+    wire::detail::store_le(params + 8, columns_, 8);
+    wire::detail::store_le(params + 16, seed_, 8);
+    wire::zero_section_padding(base, l);
+    sketch_rows(exec, x, base + l.at(1).offset);
+    return l.total_bytes();
+  }
+
+  /// into <- into + other: both sketches of this configuration and the same n (validated).
+  void merge(host& exec, span<std::byte> into, span<const std::byte> other) const {
+    const view a = parse(span<const std::byte>(into.data(), into.size()), nullptr);
+    const view b = parse(other, nullptr);
+    if (a.n != b.n) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, b.n, a.n), "count_sketch::merge");
+    auto* to = const_cast<std::uint8_t*>(a.table);
+    const std::uint64_t cells = static_cast<std::uint64_t>(rows_) * columns_;
+    const std::size_t chunks = gradzip::detail::chunk_count(exec, cells);
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(cells, chunks, c);
+      for (std::uint64_t j = r.begin; j < r.end; ++j) store(to, j, load(to, j) + load(b.table, j));
+    });
+  }
+
+  /// estimates[i] <- the median over rows of s_r(i) table[r][h_r(i)]; estimates.size() must be
+  /// the sketch's n.
+  template <class T>
+  void estimate(host& exec, span<const std::byte> sketch, span<T> estimates) const {
+    const std::uint64_t n = estimates.size();
+    const view v = parse(sketch, &n);
+    const std::size_t chunks = gradzip::detail::chunk_count(exec, n);
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(n, chunks, c);
+      float row_values[max_rows];
+      for (std::uint64_t i = r.begin; i < r.end; ++i) {
+        for (std::uint32_t row = 0; row < rows_; ++row) {
+          const std::uint64_t h = hash_of(seed_, row, i);
+          row_values[row] = sign_of(h) * load(v.table, row * columns_ + bucket_of(h, columns_));
+        }
+        estimates[i] = from_double<T>(median(row_values, rows_));
+      }
+    });
+  }
+
+  /// Bytes `unsketch` may write for k of n elements (a codec<sparsify::topk> payload).
+  std::size_t max_unsketch_bytes(std::size_t n, std::uint64_t k) const {
+    return codec<sparsify::topk>{sparsify::topk::count(k)}.max_compressed_bytes<float>(n);
+  }
+
+  /// The k heavy hitters: the k largest |estimates| (top-k's rules) as a codec<sparsify::topk>
+  /// payload of estimated values; returns its size. Scratch: n floats in `exec`.
+  std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t k, span<std::byte> out) const {
+    const view v = parse(sketch, nullptr);
+    const codec<sparsify::topk> top{sparsify::topk::count(k)};
+    // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
+    const std::size_t at = (top.workspace_bytes<float>(exec, v.n) + 255) / 256 * 256;
+    auto* estimates = reinterpret_cast<float*>(exec.scratch(at + v.n * sizeof(float)) + at);
+    estimate(exec, sketch, span<float>(estimates, v.n));
+    return top.compress(exec, span<const float>(estimates, v.n), out);
+  }
+
+ private:
+  struct view {
+    const std::uint8_t* table = nullptr;
+    std::uint64_t n = 0;
+  };
+
+  /// Validates a sketch payload of this configuration (and of n elements, if given).
+  view parse(span<const std::byte> bytes, const std::uint64_t* n) const {
+    const wire::header h = wire::read_header(bytes);
+    constexpr const char* what = "count_sketch";
+    if (h.codec.packed() != id.packed()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()), what);
+    }
+    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
+    wire::throw_if_failed(wire::expect_sections(h, tags, 2), what);
+    if (h.type != element_type::f32) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type)), what);
+    }
+    if (h.sections[0].size != params_bytes) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes), what);
+    }
+    const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data()) + h.sections[0].offset;
+    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 8, 8),
+                                     wire::detail::load_le(p + 16, 8)};
+    const std::uint64_t expected[3] = {rows_, columns_, seed_};
+    const std::uint64_t at[3] = {0, 8, 16};
+    for (int f = 0; f < 3; ++f) {
+      if (fields[f] != expected[f]) wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, at[f], fields[f]), what);
+    }
+    if (wire::detail::load_le(p + 4, 4) != 0) wire::throw_if_failed(wire::fail(wire::format_errc::nonzero_reserved, 4), what);
+    const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows_) * columns_ * sizeof(float);
+    if (h.sections[1].size != table_bytes) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes), what);
+    }
+    if (n != nullptr && h.element_count != *n) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, *n), what);
+    }
+    return {reinterpret_cast<const std::uint8_t*>(bytes.data()) + h.sections[1].offset, h.element_count};
+  }
+
+  /// Rows in parallel, each into a float row in scratch (a row's columns are summed in
+  /// increasing element order, whatever the thread count).
+  template <class T>
+  void sketch_rows(host& exec, span<const T> x, std::uint8_t* table) const {
+    const int threads = std::max(1, std::min(exec.threads(), static_cast<int>(rows_)));
+    auto* scratch = reinterpret_cast<float*>(exec.scratch(static_cast<std::size_t>(threads) * columns_ * sizeof(float)));
+    gradzip::detail::for_each_chunk(exec, static_cast<std::size_t>(threads), [&](std::size_t t) {
+      for (std::uint32_t row = static_cast<std::uint32_t>(t); row < rows_; row += static_cast<std::uint32_t>(threads)) {
+        float* cells = scratch + t * columns_;
+        std::fill(cells, cells + columns_, 0.0f);
+        const T* data = x.data();
+        const std::uint64_t row_seed = hash64(seed_, row);
+        for (std::uint64_t i = 0; i < x.size(); ++i) {
+          const std::uint64_t h = hash64(row_seed, i);
+          // s * v as a flip of v's sign bit: the compiler turns a multiply by +-1 into a branch
+          // between add and subtract, which mispredicts on every other element.
+          std::uint32_t bits;
+          const float v = static_cast<float>(to_float(data[i]));
+          std::memcpy(&bits, &v, 4);
+          bits ^= static_cast<std::uint32_t>(h & 1) << 31;
+          float signed_v;
+          std::memcpy(&signed_v, &bits, 4);
+          cells[bucket_of(h, columns_)] += signed_v;
+        }
+        std::memcpy(table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float), cells, columns_ * sizeof(float));
+      }
+    });
+  }
+
+  static float load(const std::uint8_t* table, std::uint64_t j) {
+    float v;
+    std::memcpy(&v, table + 4 * j, 4);
+    return v;
+  }
+  static void store(std::uint8_t* table, std::uint64_t j, float v) { std::memcpy(table + 4 * j, &v, 4); }
+
+  /// Median of r values (the mean of the two middle ones for even r).
+  static float median(float* v, std::uint32_t r) {
+    std::sort(v, v + r);
+    return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
+  }
+
+  std::uint32_t rows_;
+  std::uint64_t columns_;
+  std::uint64_t seed_;
+};
+
+}  // namespace gradzip::sketch

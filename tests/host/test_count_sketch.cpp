@@ -1,0 +1,139 @@
+// sketch::count_sketch: linearity (bit-exact on integer-valued inputs), thread-count
+// independence, recovery of planted heavy hitters, unsketch through codec<topk>, and rejection
+// of malformed or mismatched sketches.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+#include "gradzip/sketch/count_sketch.hpp"
+
+using namespace gradzip;
+
+namespace {
+
+std::vector<std::byte> sketch_of(const sketch::count_sketch& cs, const std::vector<float>& x, int threads = 0) {
+  host exec(threads);
+  std::vector<std::byte> out(cs.payload_bytes(x.size()));
+  out.resize(cs.compress(exec, span<const float>(x), span<std::byte>(out)));
+  return out;
+}
+
+std::vector<float> integers(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-1000, 1000);
+  std::vector<float> x(n);
+  for (auto& v : x) v = static_cast<float>(d(rng));
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("count sketch is linear: merge(sketch(a), sketch(b)) == sketch(a + b)", "[count_sketch]") {
+  const sketch::count_sketch cs{5, 997, 42};
+  host exec;
+  const std::size_t n = 50000;
+  // Integer values: every partial sum is exact in float, so the equality is bit for bit.
+  const auto a = integers(n, 1), b = integers(n, 2);
+  std::vector<float> sum(n);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+  auto merged = sketch_of(cs, a);
+  const auto sketch_b = sketch_of(cs, b);
+  cs.merge(exec, span<std::byte>(merged), span<const std::byte>(sketch_b));
+  CHECK(merged == sketch_of(cs, sum));
+  // Floats: equal to rounding (each cell's sum is rounded differently).
+  const auto f = gradzip_tools::synthetic_gradient<float>(n, 3), g = gradzip_tools::synthetic_gradient<float>(n, 4);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = f[i] + g[i];
+  auto fm = sketch_of(cs, f);
+  const auto sketch_g = sketch_of(cs, g);
+  cs.merge(exec, span<std::byte>(fm), span<const std::byte>(sketch_g));
+  const auto direct = sketch_of(cs, sum);
+  std::vector<float> x(n), y(n);
+  cs.estimate(exec, span<const std::byte>(fm), span<float>(x));
+  cs.estimate(exec, span<const std::byte>(direct), span<float>(y));
+  double err = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    err += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
+    norm += static_cast<double>(y[i]) * y[i];
+  }
+  CHECK(std::sqrt(err / norm) < 1e-5);
+}
+
+TEST_CASE("count sketch bytes do not depend on the thread count", "[count_sketch]") {
+  const auto x = gradzip_tools::synthetic_gradient<float>(100003, 5);
+  for (std::uint32_t rows : {1u, 3u, 5u, 8u}) {
+    const sketch::count_sketch cs{rows, 1234, 7};
+    CHECK(sketch_of(cs, x, 1) == sketch_of(cs, x, 2));
+  }
+}
+
+TEST_CASE("count sketch recovers planted heavy hitters", "[count_sketch]") {
+  // n = 2^20 standard normal entries plus 100 heavy hitters of magnitude 50..150 (random
+  // signs and places). With 5 rows of n / 100 columns, each estimate's noise has a standard
+  // deviation near sqrt(n / columns) = 10, so the hitters stand clear; the docs quote this size.
+  const std::size_t n = std::size_t{1} << 20;
+  const std::uint64_t hitters = 100;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> noise;
+  std::vector<float> x(n);
+  for (auto& v : x) v = noise(rng);
+  std::vector<std::uint64_t> planted;
+  while (planted.size() < hitters) {
+    const std::uint64_t i = rng() % n;
+    if (std::find(planted.begin(), planted.end(), i) != planted.end()) continue;
+    planted.push_back(i);
+    x[i] = (rng() % 2 ? 1.0f : -1.0f) * (50.0f + static_cast<float>(rng() % 100));
+  }
+  std::sort(planted.begin(), planted.end());
+  const sketch::count_sketch cs{5, n / 100, 2024};
+  host exec;
+  const auto table = sketch_of(cs, x);
+  std::vector<std::byte> top(cs.max_unsketch_bytes(n, hitters));
+  top.resize(cs.unsketch(exec, span<const std::byte>(table), hitters, span<std::byte>(top)));
+  const auto found = test::payload_indices(top);
+  std::size_t recalled = 0;
+  for (auto i : found) recalled += std::binary_search(planted.begin(), planted.end(), i) ? 1 : 0;
+  INFO("recall " << recalled << " / " << hitters);
+  CHECK(recalled >= 99);
+  // The unsketched payload is an ordinary top-k payload: its values estimate the hitters.
+  std::vector<float> dense(n);
+  codec<sparsify::topk>{sparsify::topk::count(hitters)}.decompress(exec, span<const std::byte>(top), span<float>(dense));
+  for (auto i : planted) {
+    if (dense[i] != 0.0f) CHECK(std::abs(dense[i] - x[i]) < 40.0f);
+  }
+}
+
+TEST_CASE("count sketch rejects malformed and mismatched sketches", "[count_sketch]") {
+  const sketch::count_sketch cs{3, 100, 9};
+  host exec;
+  const auto good = sketch_of(cs, gradzip_tools::synthetic_gradient<float>(500, 6));
+  std::vector<float> out(500);
+  const auto rejects = [&](const sketch::count_sketch& reader, const std::vector<std::byte>& bytes, wire::format_errc code) {
+    try {
+      reader.estimate(exec, span<const std::byte>(bytes), span<float>(out));
+      FAIL("accepted");
+    } catch (const format_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == code);
+    }
+  };
+  rejects(sketch::count_sketch{4, 100, 9}, good, wire::format_errc::bad_params);   // rows
+  rejects(sketch::count_sketch{3, 101, 9}, good, wire::format_errc::bad_params);   // columns
+  rejects(sketch::count_sketch{3, 100, 10}, good, wire::format_errc::bad_params);  // seed
+  auto truncated = good;
+  truncated.resize(good.size() - 16);
+  rejects(cs, truncated, wire::format_errc::truncated);
+  auto other_codec = good;
+  other_codec[9] = std::byte{1};  // the structure id byte of the codec id
+  rejects(cs, other_codec, wire::format_errc::codec_mismatch);
+  std::vector<float> wrong_size(499);
+  CHECK_THROWS_AS(cs.estimate(exec, span<const std::byte>(good), span<float>(wrong_size)), format_error);
+  auto into = good;
+  const auto longer = sketch_of(cs, std::vector<float>(501));
+  CHECK_THROWS_AS(cs.merge(exec, span<std::byte>(into), span<const std::byte>(longer)), format_error);
+  CHECK_THROWS_AS((sketch::count_sketch{0, 10, 1}), invalid_argument);
+  CHECK_THROWS_AS((sketch::count_sketch{3, 0, 1}), invalid_argument);
+}

@@ -239,6 +239,14 @@ int main(int argc, char** argv) {
   both(rows, "1-bit SGD (two means)", gz::quantize::onebit<>{}, exec, g);
   both(rows, "natural 8-bit", gz::quantize::natural<8>{seed}, exec, g);
   both(rows, "natural 9-bit", gz::quantize::natural<9>{seed}, exec, g);
+  {
+    using u4 = gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>;
+    using q4 = gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, gz::encode::none>;
+    const gz::transform::hadamard rotation{1024, seed};
+    rows.push_back(measure("hadamard-rotated uniform 4-bit", gz::transform::rotated<u4>{u4{}, rotation}, exec, g));
+    rows.push_back(measure("hadamard-rotated qsgd 4-bit",
+                           gz::transform::rotated<q4>{q4{{}, gz::quantize::qsgd<7>{seed}}, rotation}, exec, g));
+  }
   for (double ratio : {0.001, 0.01, 0.1}) {
     char name[64];
     std::snprintf(name, sizeof name, "topk %g%%", ratio * 100);

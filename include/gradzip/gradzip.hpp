@@ -34,6 +34,7 @@
 #include "gradzip/random/hash.hpp"
 #include "gradzip/random/philox.hpp"
 #include "gradzip/sketch/count_sketch.hpp"
+#include "gradzip/transform/hadamard.hpp"
 #include "gradzip/sparsify/blockwise_topk.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"

@@ -1,0 +1,264 @@
+/**
+ * @file hadamard.hpp
+ * @brief `transform::hadamard`, the randomized Hadamard rotation of blocks, and
+ * `transform::rotated<Codec>`, any codec applied to the rotated gradient.
+ *
+ * Each block of B elements (B a power of two) is rotated by R = H D / sqrt(B): D flips the sign
+ * of element i when bit 0 of hash64(seed, i) is set, H is the B x B Walsh-Hadamard matrix
+ * (a fast transform: B log2 B additions, nothing stored). R is orthogonal, so R^-1 = D H /
+ * sqrt(B). A trailing partial block is zero-padded to B. Rotating spreads a block's energy over
+ * all its coordinates, so the max-min range of uniform quantization and the norm-relative levels
+ * of QSGD fit heavy-tailed gradients far better (Suresh et al., "Distributed mean estimation with
+ * limited communication", ICML 2017; THC, NSDI 2024).
+ *
+ * `rotated<Codec>` compresses R x with `Codec` (over the padded length, as fp32) and decodes by
+ * decoding, rotating back and accumulating. Its payload nests the inner payload: codec id
+ * 01 00 00 00 (transform 1: Hadamard), the header's element count n and type, a params section
+ * (u32 block, u32 0, u64 seed) and a values section holding the inner codec's whole payload for
+ * the padded length. Host executor (the CUDA backend is part of issue 5's remaining work).
+ *
+ * @code
+ * using q4 = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::uniform<4>, gradzip::encode::none>;
+ * gradzip::transform::rotated<q4> c{q4{}, gradzip::transform::hadamard{1024, seed}};
+ * std::vector<std::byte> out(c.max_compressed_bytes<float>(n));
+ * out.resize(c.compress(exec, grad, out));
+ * c.decompress_add(exec, out, accum);
+ * @endcode
+ */
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "gradzip/codec.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/random/hash.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip::transform {
+
+class hadamard {
+ public:
+  static constexpr std::uint8_t id = 1;
+
+  explicit hadamard(std::uint32_t block = 1024, std::uint64_t seed = 0x4ad) : block_(block), seed_(seed) {
+    GRADZIP_EXPECTS(block >= 2 && block <= (1u << 16) && (block & (block - 1)) == 0,
+                    "hadamard: block must be a power of two in [2, 65536], got ", block);
+  }
+
+  std::uint32_t block() const noexcept { return block_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+  /// n rounded up to whole blocks.
+  std::uint64_t padded(std::uint64_t n) const { return (n + block_ - 1) / block_ * block_; }
+
+  /// In place, unnormalized: v <- H v for B = `size` (a power of two). H H = B I.
+  static void walsh_hadamard(float* v, std::uint32_t size) {
+    std::uint32_t half = 1;
+    if (size >= 8) {  // the first three stages as 8-point transforms in registers (short loops are slow)
+      for (std::uint32_t start = 0; start < size; start += 8) eight_points(v + start);
+      half = 8;
+    }
+    for (; half < size; half *= 2) {  // the rest: long inner loops, which vectorize
+      for (std::uint32_t start = 0; start < size; start += 2 * half) {
+        float* __restrict__ low = v + start;  // the two halves never overlap
+        float* __restrict__ high = v + start + half;
+        for (std::uint32_t j = 0; j < half; ++j) {
+          const float a = low[j], b = high[j];
+          low[j] = a + b;
+          high[j] = a - b;
+        }
+      }
+    }
+  }
+
+  /// An 8-point Walsh-Hadamard transform (three radix-2 stages) in place.
+  static void eight_points(float* v) {
+    const float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
+    const float a4 = v[4] + v[5], a5 = v[4] - v[5], a6 = v[6] + v[7], a7 = v[6] - v[7];
+    const float b0 = a0 + a2, b1 = a1 + a3, b2 = a0 - a2, b3 = a1 - a3;
+    const float b4 = a4 + a6, b5 = a5 + a7, b6 = a4 - a6, b7 = a5 - a7;
+    v[0] = b0 + b4;
+    v[1] = b1 + b5;
+    v[2] = b2 + b6;
+    v[3] = b3 + b7;
+    v[4] = b0 - b4;
+    v[5] = b1 - b5;
+    v[6] = b2 - b6;
+    v[7] = b3 - b7;
+  }
+
+  /// y <- R x: y has padded(n) elements, x's n are read and the rest taken as zero.
+  template <class T>
+  void forward(host& exec, span<const T> x, span<float> y) const {
+    GRADZIP_EXPECTS(y.size() == padded(x.size()), "hadamard::forward: output has ", y.size(), " elements, expected ",
+                    padded(x.size()));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(block_));
+    each_block(exec, y.size(), [&](std::uint64_t b) {
+      float* v = y.data() + b * block_;
+      const T* data = x.data();  // a local: stores into v cannot change it
+      const std::uint64_t n = x.size();
+      for (std::uint32_t j = 0; j < block_; ++j) {
+        const std::uint64_t i = b * block_ + j;
+        v[j] = i < n ? with_sign(static_cast<float>(to_float(data[i])), i) : 0.0f;
+      }
+      walsh_hadamard(v, block_);
+      for (std::uint32_t j = 0; j < block_; ++j) v[j] *= scale;
+    });
+  }
+
+  /// y <- R^-1 y in place (padded(n) elements): the padding comes back as (near) zero.
+  void inverse(host& exec, span<float> y) const {
+    GRADZIP_EXPECTS(y.size() % block_ == 0, "hadamard::inverse: ", y.size(), " elements is not whole blocks of ", block_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(block_));
+    each_block(exec, y.size(), [&](std::uint64_t b) {
+      float* v = y.data() + b * block_;
+      walsh_hadamard(v, block_);
+      for (std::uint32_t j = 0; j < block_; ++j) v[j] = with_sign(v[j] * scale, b * block_ + j);
+    });
+  }
+
+ private:
+  /// v with its sign flipped when D's entry i is -1: a flip of the sign bit, since a multiply by
+  /// +-1 compiles into a branch that mispredicts on every other element.
+  float with_sign(float v, std::uint64_t i) const {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits ^= static_cast<std::uint32_t>(hash64(seed_, i) & 1) << 31;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
+
+  template <class F>
+  void each_block(host& exec, std::uint64_t size, F f) const {
+    const std::uint64_t blocks = size / block_;
+    const std::size_t chunks = gradzip::detail::chunk_count(exec, size);
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(blocks, chunks, c);
+      for (std::uint64_t b = r.begin; b < r.end; ++b) f(b);
+    });
+  }
+
+  std::uint32_t block_;
+  std::uint64_t seed_;
+};
+
+template <class Codec>
+class rotated {
+ public:
+  static constexpr wire::codec_id id{hadamard::id, 0, 0, 0};
+  static constexpr std::uint64_t params_bytes = 16;
+
+  rotated(Codec inner, hadamard rotation) : inner_(inner), rotation_(rotation) {}
+
+  const Codec& inner() const noexcept { return inner_; }
+  const hadamard& rotation() const noexcept { return rotation_; }
+
+  template <class T>
+  std::size_t max_compressed_bytes(std::size_t n) const {
+    return layout(inner_.template max_compressed_bytes<float>(rotation_.padded(n))).total_bytes();
+  }
+
+  /// Scratch `compress` and `decompress_add` need for n elements of T (reserve it up front).
+  template <class T>
+  std::size_t workspace_bytes(host& exec, std::size_t n) const {
+    const std::uint64_t padded = rotation_.padded(n);
+    return scratch_offset(exec, padded) + padded * sizeof(float);
+  }
+
+  /// Rotates `input` (into scratch), compresses it with the inner codec, returns the size.
+  template <class T>
+  std::size_t compress(host& exec, span<const T> input, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    const std::uint64_t n = input.size(), padded = rotation_.padded(n);
+    GRADZIP_EXPECTS(out.size() >= layout(0).total_bytes(), "rotated::compress: output holds ", out.size(), " bytes");
+    float* y = rotated_scratch(exec, padded);
+    rotation_.forward(exec, input, span<float>(y, padded));
+    // The inner payload goes where the values section starts; its size sets the section's.
+    const std::uint64_t inner_at = layout(0).at(1).offset;
+    GRADZIP_EXPECTS(out.size() >= inner_at, "rotated::compress: output too small");
+    const std::size_t inner_bytes = inner_.compress(exec, span<const float>(y, padded),
+                                                    span<std::byte>(out.data() + inner_at, out.size() - inner_at), ctx);
+    const wire::payload_layout l = layout(inner_bytes);
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    wire::write_header(base, l, element_traits<T>::type, id, n);
+    std::uint8_t* params = base + l.at(0).offset;
+    std::memset(params, 0, params_bytes);
+    wire::detail::store_le(params, rotation_.block(), 4);
+    wire::detail::store_le(params + 8, rotation_.seed(), 8);
+    wire::zero_section_padding(base, l);
+    return l.total_bytes();
+  }
+
+  /// accum <- accum + alpha * R^-1 decode(inner payload); validated before anything is written.
+  template <class T>
+  void decompress_add(host& exec, span<const std::byte> payload, span<T> accum, float alpha = 1.0f) const {
+    const span<const std::byte> inner = parse(payload, accum.size());
+    const std::uint64_t padded = rotation_.padded(accum.size());
+    float* y = rotated_scratch(exec, padded);
+    inner_.decompress(exec, inner, span<float>(y, padded));  // validates the inner payload
+    rotation_.inverse(exec, span<float>(y, padded));
+    for (std::size_t i = 0; i < accum.size(); ++i) accum[i] = from_double<T>(to_float(accum[i]) + alpha * y[i]);
+  }
+
+  template <class T>
+  void decompress(host& exec, span<const std::byte> payload, span<T> out) const {
+    parse(payload, out.size());  // nothing written before the payload is known to be ours
+    std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    decompress_add(exec, payload, out, 1.0f);
+  }
+
+ private:
+  static wire::payload_layout layout(std::uint64_t inner_bytes) {
+    wire::payload_layout l;
+    l.add(wire::tag::params, params_bytes);
+    l.add(wire::tag::values, inner_bytes);
+    return l;
+  }
+
+  /// Scratch for the rotated vector, placed after what the inner codec uses: its compress
+  /// workspace, and its decoder's per-chunk records (at most one chunk per thread, each well
+  /// under 64 bytes), which must not overlap the vector it decodes into.
+  float* rotated_scratch(host& exec, std::uint64_t padded) const {
+    const std::size_t at = scratch_offset(exec, padded);
+    return reinterpret_cast<float*>(exec.scratch(at + padded * sizeof(float)) + at);
+  }
+
+  std::size_t scratch_offset(host& exec, std::uint64_t padded) const {
+    const std::size_t inner = std::max<std::size_t>(inner_.template workspace_bytes<float>(exec, padded),
+                                                    4096 + static_cast<std::size_t>(exec.threads()) * 64);
+    return (inner + 255) / 256 * 256;
+  }
+
+  /// The inner payload of a validated outer frame for n elements.
+  span<const std::byte> parse(span<const std::byte> payload, std::uint64_t n) const {
+    constexpr const char* what = "rotated";
+    const wire::header h = wire::read_header(payload);
+    if (h.codec.packed() != id.packed()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()), what);
+    }
+    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
+    wire::throw_if_failed(wire::expect_sections(h, tags, 2), what);
+    if (h.sections[0].size != params_bytes) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes), what);
+    }
+    const auto* p = reinterpret_cast<const std::uint8_t*>(payload.data()) + h.sections[0].offset;
+    if (wire::detail::load_le(p, 4) != rotation_.block()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, wire::detail::load_le(p, 4)), what);
+    }
+    if (wire::detail::load_le(p + 4, 4) != 0) wire::throw_if_failed(wire::fail(wire::format_errc::nonzero_reserved, 4), what);
+    if (wire::detail::load_le(p + 8, 8) != rotation_.seed()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 8, wire::detail::load_le(p + 8, 8)), what);
+    }
+    if (h.element_count != n) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n), what);
+    return payload.subspan(h.sections[1].offset, h.sections[1].size);
+  }
+
+  Codec inner_;
+  hadamard rotation_;
+};
+
+}  // namespace gradzip::transform

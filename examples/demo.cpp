@@ -263,6 +263,10 @@ int main(int argc, char** argv) {
                            gz::codec<gz::sparsify::threshold, gz::quantize::uniform<8>>{cut}, exec, g));
   }
   every_encoding(rows, "blockwise topk 10 of every 1024", gz::sparsify::blockwise_topk{1024, 10}, exec, g);
+  rows.push_back(measure("hashed topk 1% into 3% slots + automatic",
+                         gz::codec<gz::hash::hashed_topk, gz::quantize::none, gz::encode::automatic>{
+                             gz::hash::hashed_topk::ratio(0.01, 0.03)},
+                         exec, g));
   rows.push_back(measure("randomk 1% (no indices on the wire)",
                          gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                              gz::sparsify::randomk::ratio(0.01, seed)},

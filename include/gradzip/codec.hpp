@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"
@@ -48,6 +49,7 @@
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/randomk.hpp"
 #include "gradzip/sparsify/sampled_topk.hpp"
+#include "gradzip/hash/hashed_topk.hpp"
 #include "gradzip/sparsify/threshold.hpp"
 #include "gradzip/sparsify/topk.hpp"
 #include "gradzip/wire/reader.hpp"
@@ -218,6 +220,27 @@ struct implicit_backend<host> {
   }
 };
 
+/// Scratch a structure stage needs for n elements of T: its backend's
+/// `workspace_bytes<T>(exec, structure, n)` when it has one (when the amount depends on the
+/// stage's parameters, e.g. hashed top-k's slots), else `workspace_bytes<T>(exec, n)`.
+template <class Backend, class T, class Exec, class Structure, class = void>
+struct has_parameter_workspace : std::false_type {};
+template <class Backend, class T, class Exec, class Structure>
+struct has_parameter_workspace<Backend, T, Exec, Structure,
+                               std::void_t<decltype(Backend::template workspace_bytes<T>(
+                                   std::declval<Exec&>(), std::declval<const Structure&>(), std::size_t{}))>>
+    : std::true_type {};
+
+template <class T, class Exec, class Structure>
+std::size_t structure_workspace(Exec& exec, const Structure& s, std::size_t n) {
+  using backend = structure_backend<Exec, Structure>;
+  if constexpr (has_parameter_workspace<backend, T, Exec, Structure>::value) {
+    return backend::template workspace_bytes<T>(exec, s, n);
+  } else {
+    return backend::template workspace_bytes<T>(exec, n);
+  }
+}
+
 /// payload_backend<Exec>: writing a payload's frame and decoding payloads on an executor.
 template <class Exec>
 struct payload_backend;
@@ -320,7 +343,7 @@ class codec {
     if constexpr (implicit_indices) {
       return 0;  // the selection needs no scratch
     } else {
-      const std::size_t structure = detail::structure_backend<Exec, Structure>::template workspace_bytes<T>(exec, n);
+      const std::size_t structure = detail::structure_workspace<T>(exec, structure_, n);
       if constexpr (staged) {
         return staging_of<T>(exec, structure, structure_.selected_count(n)).total;
       } else if constexpr (has_indices && bucketed) {
@@ -429,7 +452,7 @@ class codec {
                                                    base + l.at(1).offset, values,
                                                    detail::identity_index{}, ctx);
     } else {  // indices into the payload, values into scratch, then buckets over the k values
-      const std::size_t structure_bytes = structure_run::template workspace_bytes<T>(exec, n);
+      const std::size_t structure_bytes = detail::structure_workspace<T>(exec, structure_, n);
       const std::size_t offset = value_scratch_offset(structure_bytes);
       auto* kept = reinterpret_cast<float*>(exec.scratch(offset + k * sizeof(float)) + offset);
       structure_run::select(exec, structure_, input, k,
@@ -623,7 +646,7 @@ class codec {
     using encoder = detail::index_encoder<Exec>;
     const std::uint64_t n = input.size();
     const element_type type = element_traits<T>::type;
-    const staging at = staging_of<T>(exec, structure_run::template workspace_bytes<T>(exec, n), k);
+    const staging at = staging_of<T>(exec, detail::structure_workspace<T>(exec, structure_, n), k);
     std::byte* scratch = exec.scratch(at.total);
     auto* idx = reinterpret_cast<std::uint8_t*>(scratch + at.indices);
     auto* staged_values = reinterpret_cast<std::uint8_t*>(scratch + at.values);
@@ -681,6 +704,7 @@ class codec {
 #include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/detail/host/threshold.hpp"
 #include "gradzip/detail/host/sampled_topk.hpp"
+#include "gradzip/detail/host/hashed_topk.hpp"
 #include "gradzip/detail/host/blockwise_topk.hpp"
 #include "gradzip/detail/host/encode.hpp"
 

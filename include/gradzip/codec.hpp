@@ -724,17 +724,8 @@ struct payload_backend<host> {
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
     const payload_view v = parse_for<Codec>(payload, out.size());
-    if constexpr (Codec::staged) {  // bitmap and delta-varint read their indices in order
-      if (v.index_encoding == encode::bitmap::id) return decode_bitmap<Codec>(exec, v, out, alpha, overwrite);
-      if (v.index_encoding == encode::delta_varint::id) {
-        return decode_delta_varint<Codec>(exec, v, out, alpha, overwrite);
-      }
-    }
-    if constexpr (Codec::bucketed) {
-      decode_buckets<Codec>(exec, v, out, alpha, overwrite);
-    } else {
-      decode_values<Codec>(exec, v, out, alpha, overwrite);
-    }
+    validate<Codec>(exec, v);  // before anything is written: a bad payload changes nothing
+    apply<Codec>(exec, v, out, alpha, overwrite);
   }
 
   /**
@@ -745,25 +736,23 @@ struct payload_backend<host> {
    * after another (each touches only its k elements).
    */
   template <class Codec, class T>
-  static void decode_all(host& exec, const Codec& codec, span<const span<const std::byte>> payloads, span<T> out,
+  static void decode_all(host& exec, const Codec&, span<const span<const std::byte>> payloads, span<T> out,
                          float alpha, bool overwrite, std::size_t& bad) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    if constexpr (!Codec::dense) {
-      for (bad = 0; bad < payloads.size(); ++bad) validate_sparse<Codec>(exec, payloads[bad], out.size());
-      for (std::size_t p = 0; p < payloads.size(); ++p) decode(exec, codec, payloads[p], out, alpha, overwrite && p == 0);
-    } else {
-      constexpr std::size_t on_stack = 64;  // more peers than this: one small allocation per call
-      payload_view stack_views[on_stack];
-      std::vector<payload_view> heap_views(payloads.size() > on_stack ? payloads.size() : 0);
-      payload_view* views = payloads.size() > on_stack ? heap_views.data() : stack_views;
-      for (bad = 0; bad < payloads.size(); ++bad) {
-        views[bad] = parse_for<Codec>(payloads[bad], out.size());
-        validate_codes<Codec>(exec, views[bad]);
-      }
+    constexpr std::size_t on_stack = 64;  // more peers than this: one small allocation per call
+    payload_view stack_views[on_stack];
+    std::vector<payload_view> heap_views(payloads.size() > on_stack ? payloads.size() : 0);
+    payload_view* views = payloads.size() > on_stack ? heap_views.data() : stack_views;
+    for (bad = 0; bad < payloads.size(); ++bad) {
+      views[bad] = parse_for<Codec>(payloads[bad], out.size());
+      validate<Codec>(exec, views[bad]);
+    }
+    if constexpr (Codec::dense) {
       if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
       accumulate_dense<Codec>(exec, views, payloads.size(), out, alpha);
+    } else {
+      for (std::size_t p = 0; p < payloads.size(); ++p) apply<Codec>(exec, views[p], out, alpha, overwrite && p == 0);
     }
-    bad = payloads.size();
   }
 
  private:
@@ -780,29 +769,34 @@ struct payload_backend<host> {
     return v;
   }
 
-  /// Every check `decode` makes on a sparse payload, without writing anything.
+  /// Every check beyond the frame, writing nothing: each index (COO: in range and increasing;
+  /// bitmap: no bit past n, as many bits as the count; delta-varint: every chunk decodes
+  /// cleanly) and each value's code. Throws the first failure, in order.
   template <class Codec>
-  static void validate_sparse(host& exec, span<const std::byte> payload, std::size_t size) {
-    const payload_view v = parse_for<Codec>(payload, size);
+  static void validate(host& exec, const payload_view& v) {
     if constexpr (Codec::staged) {
-      if (v.index_encoding == encode::bitmap::id) {
-        std::uint64_t bits = 0;
-        wire::throw_if_failed(encode::bitmap::count_bits(v.indices, size, 0, encode::bitmap::words(size), bits), "decompress");
-        if (bits != v.count) {
-          wire::throw_if_failed(wire::fail(wire::format_errc::bitmap_count_mismatch, bits, v.count), "decompress");
-        }
-        return validate_codes<Codec>(exec, v);
-      }
-      if (v.index_encoding == encode::delta_varint::id) {
-        for (std::uint64_t c = 0; c < encode::delta_varint::chunks(v.count); ++c) {
-          wire::throw_if_failed(encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, size, v.index_width, c,
-                                                                   [](std::uint64_t, std::uint64_t) {}),
-                                "decompress");
-        }
-        return validate_codes<Codec>(exec, v);
-      }
+      if (v.index_encoding == encode::bitmap::id) return validate_bitmap<Codec>(exec, v);
+      if (v.index_encoding == encode::delta_varint::id) return validate_delta_varint<Codec>(exec, v);
     }
-    check_every_element<Codec>(exec, v);
+    if constexpr (Codec::bucketed) {
+      validate_buckets<Codec>(exec, v);
+    } else if constexpr (Codec::checks_elements) {
+      check_every_element<Codec>(exec, v);
+    }
+  }
+
+  /// The writes of a validated payload: out <- (overwrite ? 0 : out) + alpha * decode(v).
+  template <class Codec, class T>
+  static void apply(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    if constexpr (Codec::staged) {  // bitmap and delta-varint read their indices in order
+      if (v.index_encoding == encode::bitmap::id) return apply_bitmap<Codec>(exec, v, out, alpha, overwrite);
+      if (v.index_encoding == encode::delta_varint::id) return apply_delta_varint<Codec>(exec, v, out, alpha, overwrite);
+    }
+    if constexpr (Codec::bucketed) {
+      apply_buckets<Codec>(exec, v, out, alpha, overwrite);
+    } else {
+      apply_values<Codec>(exec, v, out, alpha, overwrite);
+    }
   }
 
   /// Codec::check_index for every element, in parallel chunks; throws the first failure.
@@ -880,25 +874,43 @@ struct payload_backend<host> {
     with_element_type(v.header.type, [&](auto type) { apply(type); });
   }
 
-  /// Bitmap indices: per-chunk bit counts (checked against the count and n), then each chunk
-  /// walks its words, its first value found from the counts before it.
-  template <class Codec, class T>
-  static void decode_bitmap(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+  /// Bitmap indices: the chunks of words, one per thread, in both passes.
+  static std::size_t bitmap_chunks(host& exec, std::uint64_t n) { return std::max<std::size_t>(1, chunk_count(exec, n)); }
+
+  /// No bit at or past n, and as many set bits as the payload's count.
+  template <class Codec>
+  static void validate_bitmap(host& exec, const payload_view& v) {
     const std::uint64_t n = v.header.element_count;
     const std::uint64_t words = encode::bitmap::words(n);
-    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, n));
+    const std::size_t chunks = bitmap_chunks(exec, n);
     std::byte* s = exec.scratch(chunks * (sizeof(wire::status) + sizeof(std::uint64_t)));
-    auto* first = reinterpret_cast<std::uint64_t*>(s + chunks * sizeof(wire::status));
+    auto* bits = reinterpret_cast<std::uint64_t*>(s + chunks * sizeof(wire::status));
     validate_into(exec, reinterpret_cast<wire::status*>(s), chunks, [&](std::size_t c) {
       const index_range r = chunk_of(words, chunks, c);
-      return encode::bitmap::count_bits(v.indices, n, r.begin, r.end, first[c]);
+      return encode::bitmap::count_bits(v.indices, n, r.begin, r.end, bits[c]);
     });
-    std::uint64_t total = 0;  // exclusive prefix sum: chunk c's first value
-    for (std::size_t c = 0; c < chunks; ++c) total += std::exchange(first[c], total);
+    std::uint64_t total = 0;
+    for (std::size_t c = 0; c < chunks; ++c) total += bits[c];
     if (total != v.count) {
       wire::throw_if_failed(wire::fail(wire::format_errc::bitmap_count_mismatch, total, v.count), "decompress");
     }
     validate_codes<Codec>(exec, v);
+  }
+
+  /// Each chunk of words finds its first value from the bits of the chunks before it (one
+  /// popcount per word), then walks its set bits.
+  template <class Codec, class T>
+  static void apply_bitmap(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    const std::uint64_t n = v.header.element_count;
+    const std::uint64_t words = encode::bitmap::words(n);
+    const std::size_t chunks = bitmap_chunks(exec, n);
+    auto* first = reinterpret_cast<std::uint64_t*>(exec.scratch(chunks * sizeof(std::uint64_t)));
+    for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const index_range r = chunk_of(words, chunks, c);
+      (void)encode::bitmap::count_bits(v.indices, n, r.begin, r.end, first[c]);  // validated already
+    });
+    std::uint64_t total = 0;  // exclusive prefix sum: chunk c's first value
+    for (std::size_t c = 0; c < chunks; ++c) total += std::exchange(first[c], total);
     prepare_output<Codec>(v, out, overwrite, [&](auto type) {
       for_each_chunk(exec, chunks, [&](std::size_t c) {
         const index_range r = chunk_of(words, chunks, c);
@@ -912,32 +924,36 @@ struct payload_backend<host> {
     });
   }
 
-  /// Delta-varint indices: its chunks decode independently; a first pass checks them all, the
-  /// second accumulates.
-  template <class Codec, class T>
-  static void decode_delta_varint(host& exec, const payload_view& v, span<T> out, float alpha,
-                                  bool overwrite) {
-    const std::uint64_t n = v.header.element_count;
-    const std::uint64_t chunk_total = encode::delta_varint::chunks(v.count);
-    const std::size_t tasks = std::max<std::size_t>(1, chunk_count(exec, v.count));
-    const auto each_chunk = [&](std::size_t t, auto&& f) {
-      const index_range r = chunk_of(chunk_total, tasks, t);
-      for (std::uint64_t c = r.begin; c < r.end; ++c) {
-        const wire::status s =
-            encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, n, v.index_width, c, f);
-        if (!s.ok()) return s;
-      }
-      return wire::status{};
-    };
-    validate_chunks(exec, tasks, [&](std::size_t t) {
-      return each_chunk(t, [](std::uint64_t, std::uint64_t) {});
-    });
+  /// Delta-varint indices: its chunks decode independently, a thread's share of them at a time;
+  /// f(j, index) for each element of task t's chunks, stopping at the first failure.
+  template <class F>
+  static wire::status each_delta_chunk(const payload_view& v, std::size_t tasks, std::size_t t, F&& f) {
+    const index_range r = chunk_of(encode::delta_varint::chunks(v.count), tasks, t);
+    for (std::uint64_t c = r.begin; c < r.end; ++c) {
+      const wire::status s = encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, v.header.element_count,
+                                                                v.index_width, c, f);
+      if (!s.ok()) return s;
+    }
+    return wire::status{};
+  }
+
+  static std::size_t delta_tasks(host& exec, std::uint64_t count) { return std::max<std::size_t>(1, chunk_count(exec, count)); }
+
+  template <class Codec>
+  static void validate_delta_varint(host& exec, const payload_view& v) {
+    const std::size_t tasks = delta_tasks(exec, v.count);
+    validate_chunks(exec, tasks, [&](std::size_t t) { return each_delta_chunk(v, tasks, t, [](std::uint64_t, std::uint64_t) {}); });
     validate_codes<Codec>(exec, v);
+  }
+
+  template <class Codec, class T>
+  static void apply_delta_varint(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    const std::size_t tasks = delta_tasks(exec, v.count);
     prepare_output<Codec>(v, out, overwrite, [&](auto type) {
       for_each_chunk(exec, tasks, [&](std::size_t t) {
         const payload_view local = v;
         T* y = out.data();
-        each_chunk(t, [&](std::uint64_t j, std::uint64_t i) {
+        (void)each_delta_chunk(local, tasks, t, [&](std::uint64_t j, std::uint64_t i) {  // validated already
           accumulate(y[i], Codec::value_at(local, decltype(type)::value, j), alpha);
         });
       });
@@ -945,10 +961,8 @@ struct payload_backend<host> {
   }
 
   template <class Codec, class T>
-  static void decode_values(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
-    // Validate every index before writing anything (a bad payload changes nothing).
+  static void apply_values(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
     const std::size_t chunks = chunk_count(exec, v.count);
-    if constexpr (Codec::checks_elements) check_every_element<Codec>(exec, v);
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
     with_element_type(v.header.type, [&](auto type) {
       for_each_chunk(exec, chunks, [&](std::size_t c) {  // indices are increasing: chunks never overlap
@@ -965,16 +979,18 @@ struct payload_backend<host> {
     });
   }
 
-  /// Bucketed values: chunks of whole 32-code groups, each group unpacked at once.
-  template <class Codec, class T>
-  static void decode_buckets(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+  /// Bucketed values: chunks of whole 32-code groups, in both passes.
+  static std::size_t bucket_chunks(host& exec, std::uint64_t count) {
+    return std::max<std::size_t>(1, chunk_count(exec, count));
+  }
+
+  /// Every code one the stage writes (a group at a time), every COO index in place.
+  template <class Codec>
+  static void validate_buckets(host& exec, const payload_view& v) {
     using Values = typename Codec::values_type;
-    const std::uint64_t groups = (v.count + 31) / 32;
-    const std::size_t chunks = std::max<std::size_t>(1, chunk_count(exec, v.count));
-    const auto elements_of = [&](const index_range& g) {
-      return index_range{g.begin * 32, std::min<std::uint64_t>(v.count, g.end * 32)};
-    };
     if constexpr (Codec::checks_elements) {
+      const std::uint64_t groups = (v.count + 31) / 32;
+      const std::size_t chunks = bucket_chunks(exec, v.count);
       validate_chunks(exec, chunks, [&](std::size_t c) {
         const index_range g = chunk_of(groups, chunks, c);
         if constexpr (needs_code_check<Values>::value) {
@@ -984,14 +1000,22 @@ struct payload_backend<host> {
                               Values::max_code);
           }
         }
-        const index_range r = elements_of(g);
-        for (std::uint64_t j = r.begin; j < r.end; ++j) {
+        const std::uint64_t end = std::min<std::uint64_t>(v.count, g.end * 32);
+        for (std::uint64_t j = g.begin * 32; j < end; ++j) {
           const wire::status s = Codec::check_position(v, j);
           if (!s.ok()) return s;
         }
         return wire::status{};
       });
     }
+  }
+
+  /// Each group of 32 codes unpacked at once.
+  template <class Codec, class T>
+  static void apply_buckets(host& exec, const payload_view& v, span<T> out, float alpha, bool overwrite) {
+    using Values = typename Codec::values_type;
+    const std::uint64_t groups = (v.count + 31) / 32;
+    const std::size_t chunks = bucket_chunks(exec, v.count);
     if (overwrite) std::fill(out.begin(), out.end(), from_double<T>(0.0));
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range g = chunk_of(groups, chunks, c);

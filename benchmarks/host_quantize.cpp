@@ -56,6 +56,31 @@ void BM_decompress_add(benchmark::State& state) {
   state.counters["bytes_per_element"] = static_cast<double>(payload.size()) / x.size();
 }
 
+/// The ceiling of every stochastic quantizer: only the Philox words of n fp32 elements (one
+/// 32-bit word each, as the stages draw them), in the same 256-element batches and threads, with
+/// nothing read or written. Its roofline is the best a stochastic compress could reach here.
+void BM_philox_words(benchmark::State& state) {
+  gradzip::host exec;
+  const auto n = static_cast<std::uint64_t>(state.range(0));
+  const std::size_t chunks = std::max<std::size_t>(1, gradzip::detail::chunk_count(exec, n));
+  std::vector<std::uint32_t> sink(chunks);
+  std::uint32_t step = 0;
+  gradzip_bench::run_timed(state, exec, n * sizeof(float), [&] {
+    const gradzip::quantize::compress_context ctx{step++, 0};
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(n / 256, chunks, c);
+      std::uint32_t words[256], folded = 0;
+      for (std::uint64_t b = r.begin; b < r.end; ++b) {
+        gradzip::detail::consecutive_philox_words(7, ctx, b * 256, 256, words);
+        folded ^= words[b & 255];
+      }
+      sink[c] = folded;
+    });
+    benchmark::DoNotOptimize(sink.data());
+  });
+}
+BENCHMARK(BM_philox_words)->Name("philox_words_only/f32")->Apply(gradzip_bench::size_axis)->UseRealTime();
+
 /// Every quantizer with a seed constructor; casts and `none` get one through this wrapper.
 template <class Values>
 struct seeded : Values {

@@ -69,13 +69,18 @@ TEST_CASE("hash_to_range is uniform enough over 64 buckets", "[random]") {
 }
 
 TEST_CASE("the host's batched Philox words equal random_word element by element", "[random]") {
+  // Counts that are and are not multiples of the AVX2 path's 32 words (8 blocks); the last
+  // start puts a carry into the counter's high word inside one batch of eight blocks.
   std::uint32_t words[256];
-  for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{4096}, (std::uint64_t{1} << 32) - 128,
-                              (std::uint64_t{7} << 40)}) {
-    const gradzip::quantize::compress_context ctx{17, 3};
-    gradzip::detail::consecutive_philox_words(0x1234567890ABCDEFull, ctx, first, 256, words);
-    for (std::uint64_t j = 0; j < 256; ++j) {
-      REQUIRE(words[j] == gradzip::random_word(0x1234567890ABCDEFull, 17, 3, first + j));
+  for (std::uint64_t count : {std::uint64_t{4}, std::uint64_t{32}, std::uint64_t{36}, std::uint64_t{100},
+                              std::uint64_t{256}}) {
+    for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{4096}, (std::uint64_t{1} << 32) - 128,
+                                (std::uint64_t{7} << 40), (std::uint64_t{1} << 34) - 16}) {
+      const gradzip::quantize::compress_context ctx{17, 3};
+      gradzip::detail::consecutive_philox_words(0x1234567890ABCDEFull, ctx, first, count, words);
+      for (std::uint64_t j = 0; j < count; ++j) {
+        REQUIRE(words[j] == gradzip::random_word(0x1234567890ABCDEFull, 17, 3, first + j));
+      }
     }
   }
 }

@@ -15,6 +15,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/parallel.hpp"
@@ -109,42 +112,113 @@ quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::u
   return lane[0];
 }
 
+#if defined(__AVX2__)
+/// One Philox round on four blocks held in the even 32-bit lanes of 64-bit lanes (vpmuludq's
+/// operand layout). The odd lanes carry garbage (the products' other halves) that no later
+/// multiply reads, so a round is two multiplies, two shifts and four xors.
+inline void philox_round_4(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, __m256i m0, __m256i m1,
+                           __m256i k0, __m256i k1) {
+  const __m256i p0 = _mm256_mul_epu32(c0, m0);
+  const __m256i p1 = _mm256_mul_epu32(c2, m1);
+  c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1), k0);
+  c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3), k1);
+  c1 = p1;
+  c3 = p0;
+}
+
+/// Philox4x32-10 of the eight counters (counter_first + 0 .. 7, step, tensor id), written as
+/// 32 words in block order: the same words as eight `philox_for` calls. Blocks 0, 2, 4, 6 run
+/// in the even lanes and blocks 1, 3, 5, 7 in the (shifted down) odd lanes, side by side.
+inline void philox_8_blocks(std::uint64_t counter_first, quantize::compress_context ctx,
+                            std::uint32_t k0, std::uint32_t k1, std::uint32_t* out) {
+  alignas(32) std::uint32_t low[8], high[8];
+  for (int b = 0; b < 8; ++b) {
+    const std::uint64_t counter = counter_first + static_cast<std::uint64_t>(b);
+    low[b] = static_cast<std::uint32_t>(counter);
+    high[b] = static_cast<std::uint32_t>(counter >> 32);
+  }
+  const __m256i lows = _mm256_load_si256(reinterpret_cast<const __m256i*>(low));
+  const __m256i highs = _mm256_load_si256(reinterpret_cast<const __m256i*>(high));
+  __m256i e0 = lows, e1 = highs;
+  __m256i o0 = _mm256_srli_epi64(lows, 32), o1 = _mm256_srli_epi64(highs, 32);
+  __m256i e2 = _mm256_set1_epi32(static_cast<int>(ctx.step)), o2 = e2;
+  __m256i e3 = _mm256_set1_epi32(static_cast<int>(ctx.tensor_id)), o3 = e3;
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(philox_m0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(philox_m1));
+  for (int round = 0; round < 10; ++round) {
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0));
+    const __m256i key1 = _mm256_set1_epi32(static_cast<int>(k1));
+    philox_round_4(e0, e1, e2, e3, m0, m1, key0, key1);
+    philox_round_4(o0, o1, o2, o3, m0, m1, key0, key1);
+    k0 += philox_w0;
+    k1 += philox_w1;
+  }
+  // Odd blocks back into the odd lanes, then a 4 x 8 transpose into block order.
+  const __m256i c0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+  const __m256i c1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+  const __m256i c2 = _mm256_blend_epi32(e2, _mm256_slli_epi64(o2, 32), 0xAA);
+  const __m256i c3 = _mm256_blend_epi32(e3, _mm256_slli_epi64(o3, 32), 0xAA);
+  // 4 x 8 transpose into block order: (c0, c1, c2, c3) of block 0, of block 1, ...
+  const __m256i a01 = _mm256_unpacklo_epi32(c0, c1);  // blocks 0, 1 | 4, 5: words 0 and 1
+  const __m256i a23 = _mm256_unpacklo_epi32(c2, c3);  // blocks 0, 1 | 4, 5: words 2 and 3
+  const __m256i b01 = _mm256_unpackhi_epi32(c0, c1);  // blocks 2, 3 | 6, 7
+  const __m256i b23 = _mm256_unpackhi_epi32(c2, c3);
+  const __m256i blocks04 = _mm256_unpacklo_epi64(a01, a23);
+  const __m256i blocks15 = _mm256_unpackhi_epi64(a01, a23);
+  const __m256i blocks26 = _mm256_unpacklo_epi64(b01, b23);
+  const __m256i blocks37 = _mm256_unpackhi_epi64(b01, b23);
+  auto* v = reinterpret_cast<__m256i*>(out);
+  _mm256_storeu_si256(v + 0, _mm256_permute2x128_si256(blocks04, blocks15, 0x20));
+  _mm256_storeu_si256(v + 1, _mm256_permute2x128_si256(blocks26, blocks37, 0x20));
+  _mm256_storeu_si256(v + 2, _mm256_permute2x128_si256(blocks04, blocks15, 0x31));
+  _mm256_storeu_si256(v + 3, _mm256_permute2x128_si256(blocks26, blocks37, 0x31));
+}
+#endif
+
 /// Random words for `count` (a multiple of 4, at most 256) consecutive elements from tensor
 /// index `first` (a multiple of 4): Philox blocks first / 4, first / 4 + 1, ..., evaluated side
-/// by side (structure of arrays), so each round is a vector loop of widening multiplies. The
-/// same words as `random_word`; tests/host/test_random.cpp checks it.
+/// by side. With AVX2, eight blocks per vector (Philox is most of a stochastic quantizer's
+/// cost); otherwise as a structure of arrays, so each round is a loop of widening multiplies.
+/// The same words as `random_word` either way; tests/host/test_random.cpp checks it.
 inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_context ctx,
                                      std::uint64_t first, std::uint64_t count, std::uint32_t* out) {
+  const std::uint32_t key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32);
+  int b = 0;
+  const int blocks = static_cast<int>(count / 4);
+#if defined(__AVX2__)
+  for (; b + 8 <= blocks; b += 8) philox_8_blocks((first >> 2) + static_cast<std::uint64_t>(b), ctx, key0, key1, out + 4 * b);
+#endif
   constexpr int most = 64;
   std::uint32_t c0[most], c1[most], c2[most], c3[most];
-  const int blocks = static_cast<int>(count / 4);
-  for (int b = 0; b < blocks; ++b) {
-    const std::uint64_t counter = (first >> 2) + static_cast<std::uint64_t>(b);
-    c0[b] = static_cast<std::uint32_t>(counter);
-    c1[b] = static_cast<std::uint32_t>(counter >> 32);
-    c2[b] = ctx.step;
-    c3[b] = ctx.tensor_id;
+  const int rest = blocks - b;
+  for (int r = 0; r < rest; ++r) {
+    const std::uint64_t counter = (first >> 2) + static_cast<std::uint64_t>(b + r);
+    c0[r] = static_cast<std::uint32_t>(counter);
+    c1[r] = static_cast<std::uint32_t>(counter >> 32);
+    c2[r] = ctx.step;
+    c3[r] = ctx.tensor_id;
   }
-  std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  std::uint32_t k0 = key0, k1 = key1;
   for (int round = 0; round < 10; ++round) {
-    for (int b = 0; b < blocks; ++b) {
-      const std::uint64_t p0 = static_cast<std::uint64_t>(philox_m0) * c0[b];
-      const std::uint64_t p1 = static_cast<std::uint64_t>(philox_m1) * c2[b];
-      const std::uint32_t n0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1[b] ^ k0;
-      const std::uint32_t n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3[b] ^ k1;
-      c1[b] = static_cast<std::uint32_t>(p1);
-      c3[b] = static_cast<std::uint32_t>(p0);
-      c0[b] = n0;
-      c2[b] = n2;
+    for (int r = 0; r < rest; ++r) {
+      const std::uint64_t p0 = static_cast<std::uint64_t>(philox_m0) * c0[r];
+      const std::uint64_t p1 = static_cast<std::uint64_t>(philox_m1) * c2[r];
+      const std::uint32_t n0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1[r] ^ k0;
+      const std::uint32_t n2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3[r] ^ k1;
+      c1[r] = static_cast<std::uint32_t>(p1);
+      c3[r] = static_cast<std::uint32_t>(p0);
+      c0[r] = n0;
+      c2[r] = n2;
     }
     k0 += philox_w0;
     k1 += philox_w1;
   }
-  for (int b = 0; b < blocks; ++b) {
-    out[4 * b] = c0[b];
-    out[4 * b + 1] = c1[b];
-    out[4 * b + 2] = c2[b];
-    out[4 * b + 3] = c3[b];
+  for (int r = 0; r < rest; ++r) {
+    std::uint32_t* words = out + 4 * (b + r);
+    words[0] = c0[r];
+    words[1] = c1[r];
+    words[2] = c2[r];
+    words[3] = c3[r];
   }
 }
 

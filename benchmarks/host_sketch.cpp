@@ -2,6 +2,9 @@
 // input_GBps counts rows x n x 4 bytes, so "roofline" is per-row read bandwidth against a
 // memcpy), and the recall of the true top-k (k = n / 1000) after unsketching, for sketches of
 // 1 %, 5 % and 10 % of n cells (columns = cells / 5) on the heavy-tailed synthetic gradient.
+// SimHash (B = 1024, m = 32 .. 1024 bits per block) and scaled sign on the same 2^22-element
+// gradient: compress GB/s, payload bits per element and the relative L2 error of one decode,
+// the error-against-bits comparison docs/sketching.md tabulates.
 #include <algorithm>
 #include <cmath>
 
@@ -51,7 +54,45 @@ void BM_count_sketch_recall(benchmark::State& state) {
   state.counters["sketch_percent_of_n"] = static_cast<double>(state.range(0));
 }
 
+/// ||x^ - x|| / ||x|| of one compress and decode.
+template <class Compressor>
+double relative_error(gradzip::host& exec, const Compressor& c, const std::vector<float>& g, std::vector<std::byte>& out,
+                      std::size_t bytes) {
+  std::vector<float> decoded(g.size());
+  c.decompress(exec, gradzip::span<const std::byte>(out.data(), bytes), gradzip::span<float>(decoded));
+  double err = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    err += (decoded[i] - static_cast<double>(g[i])) * (decoded[i] - static_cast<double>(g[i]));
+    norm += static_cast<double>(g[i]) * g[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+template <class Compressor>
+void error_and_speed(benchmark::State& state, const Compressor& c) {
+  gradzip::host exec;
+  const auto& g = gradzip_bench::gradient(std::size_t{1} << 22);
+  exec.reserve(c.template workspace_bytes<float>(exec, g.size()));
+  std::vector<std::byte> out(c.template max_compressed_bytes<float>(g.size()));
+  std::size_t bytes = 0;
+  gradzip_bench::run_timed(state, exec, g.size() * sizeof(float), [&] {
+    bytes = c.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(out));
+  });
+  state.counters["bits_per_element"] = 8.0 * static_cast<double>(bytes) / static_cast<double>(g.size());
+  state.counters["rel_l2_error"] = relative_error(exec, c, g, out, bytes);
+}
+
+void BM_simhash(benchmark::State& state) {
+  error_and_speed(state, gradzip::hash::simhash{1024, static_cast<std::uint32_t>(state.range(0)), 3});
+}
+
+void BM_scaled_sign(benchmark::State& state) {
+  error_and_speed(state, gradzip::codec<gradzip::sparsify::none, gradzip::quantize::scaled_sign, gradzip::encode::none>{});
+}
+
 }  // namespace
 
 BENCHMARK(BM_count_sketch)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_count_sketch_recall)->Arg(1)->Arg(5)->Arg(10)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_simhash)->RangeMultiplier(2)->Range(32, 1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_scaled_sign)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -66,7 +66,8 @@ void print(const std::vector<row>& rows, std::size_t n, int threads) {
                 r.compress_gbps, r.decompress_gbps);
   }
   std::printf("\nratio = dense fp32 bytes / payload bytes; GB/s = dense input bytes / time (best of 3);\n"
-              "decompress = validated decode + scatter into a dense fp32 tensor.\n");
+              "decompress = validated decode + scatter into a dense fp32 tensor; count sketch: ratio of\n"
+              "the table, decompress = unsketch (estimates + top-k).\n");
 }
 
 /// One codec on one gradient: ratio, error, and throughput of compress and decompress.
@@ -205,6 +206,25 @@ row measure_signum(const std::string& name, const Codec& codec, gradzip::host& e
   return {name, input / bytes, relative_l2(mean_true, sum_votes), input / tc / 1e9, input / td / 1e9};
 }
 
+/// A count sketch of 10 % of n cells (5 rows), unsketched to the top 0.1 %: the ratio counts
+/// the table (what an allreduce moves), the error is that of the unsketched heavy hitters.
+row measure_count_sketch(const std::string& name, gradzip::host& exec, const std::vector<float>& g, std::uint64_t seed) {
+  const std::size_t n = g.size();
+  const std::uint64_t k = std::max<std::size_t>(1, n / 1000);
+  const gradzip::sketch::count_sketch cs{5, std::max<std::size_t>(1, n / 10 / 5), seed};
+  std::vector<std::byte> table(cs.payload_bytes(n)), top(cs.max_unsketch_bytes(n, k));
+  const double tc = best_seconds(3, [&] { cs.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(table)); });
+  std::size_t top_bytes = 0;
+  const double tu = best_seconds(3, [&] {
+    top_bytes = cs.unsketch(exec, gradzip::span<const std::byte>(table), k, gradzip::span<std::byte>(top));
+  });
+  std::vector<float> dense(n);
+  gradzip::codec<gradzip::sparsify::topk>{gradzip::sparsify::topk::count(k)}.decompress(
+      exec, gradzip::span<const std::byte>(top.data(), top_bytes), gradzip::span<float>(dense));
+  const double input = n * sizeof(float);
+  return {name, input / table.size(), relative_l2(g, dense), input / tc / 1e9, input / tu / 1e9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,6 +287,9 @@ int main(int argc, char** argv) {
                          gz::codec<gz::hash::hashed_topk, gz::quantize::none, gz::encode::automatic>{
                              gz::hash::hashed_topk::ratio(0.01, 0.03)},
                          exec, g));
+  rows.push_back(measure_count_sketch("count sketch 5 x n/50, unsketch top 0.1%", exec, g, seed));
+  rows.push_back(measure("simhash B 1024, 128 bits (0.16 bit/elem)", gz::hash::simhash{1024, 128, seed}, exec, g));
+  rows.push_back(measure("simhash B 1024, 1024 bits (1 bit/elem)", gz::hash::simhash{1024, 1024, seed}, exec, g));
   rows.push_back(measure("randomk 1% (no indices on the wire)",
                          gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{
                              gz::sparsify::randomk::ratio(0.01, seed)},

@@ -33,6 +33,7 @@
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/hash/hashed_topk.hpp"
 #include "gradzip/hash/partition.hpp"
+#include "gradzip/hash/simhash.hpp"
 #include "gradzip/random/hash.hpp"
 #include "gradzip/random/philox.hpp"
 #include "gradzip/sketch/count_sketch.hpp"

@@ -1,0 +1,313 @@
+/**
+ * @file simhash.hpp
+ * @brief `hash::simhash`: locality-sensitive hashing of a gradient by sign random projections
+ * (Charikar 2002), m sign bits and one scale per block of B elements, decoded by an estimator
+ * that is exact along the block and unbiased over the projection.
+ *
+ * Block b of x (B elements, a power of two; the last block zero-padded) is projected by
+ * P = S R: R = H D / sqrt(B) is the randomized Hadamard rotation (D random signs, H the
+ * Walsh-Hadamard matrix, O(B log B), nothing stored; as `transform::hadamard`), and S keeps m of
+ * its B coordinates, rows j_i = (a i + c) mod B for i < m with a odd and c uniform: m distinct
+ * rows, each kept with probability m / B. D, a and c are regenerated from
+ * (seed, step, tensor id, block) on both sides, so only the bits and a scale travel:
+ *
+ *     z = R x,   bit i = [z_{j_i} < 0],   scale = |x|^2 m / (B sum_i |z_{j_i}|)
+ *     x^ = scale (B / m) R^T S^T sign          (sign_i = +1 or -1 from bit i)
+ *
+ * Exact along x: <x^, x> = scale (B / m) sum_i |z_{j_i}| = |x|^2 for every draw, so the
+ * estimate's error is orthogonal to the block. Over the draw of S, E[(B / m) S^T S] = I, and
+ * when R's coordinates are Gaussian (a spread block: each is a sum of B randomly signed terms)
+ * scale is |x| sqrt(pi B / 2) / B up to the sampling noise of sum |z|, and x^ is the classic
+ * unbiased estimator E[sign(<g, x>) g] = sqrt(2 / pi) x / |x| (Gaussian g) rescaled. For a
+ * 1-sparse block z is flat and x^ is unbiased exactly. tests/host/test_simhash.cpp measures the
+ * bias of the mean of 4,000 draws against the noise, on Gaussian, heavy-tailed and sparse blocks.
+ *
+ * Error: E|x^ - x|^2 = |x|^2 (pi B / (2 m) - 1) for Gaussian coordinates. Bits per element
+ * m / B + 32 / B: the one way to send fewer than 1 bit per element from the sign family
+ * (docs/sketching.md compares it with scaled sign at equal bits).
+ *
+ * Payload: codec id 00 08 00 00; params (u32 block, u32 bits m, u64 seed, u32 step,
+ * u32 tensor id), scales (one fp32 per block), values (m bits per block, bit i of a block in
+ * byte i / 8 at bit i % 8). A block holding NaN or inf (or whose scale overflows fp32) is sent
+ * with the scale 0x7FC00000 and zero bits, and decodes to NaN: loud, never silently zero. The
+ * decoder rejects every other scale that is negative or not finite, and bits set in a NaN block.
+ * Host executor; the CUDA backend is not written yet (issue 5).
+ *
+ * @code
+ * gradzip::hash::simhash sh{1024, 128, seed};         // 1/8 bit + 1/32 bit of scale per element
+ * std::vector<std::byte> out(sh.max_compressed_bytes<float>(n));
+ * out.resize(sh.compress(exec, grad, out, {step, tensor_id}));
+ * sh.decompress_add(exec, out, accum);
+ * @endcode
+ */
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/detail/values.hpp"
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/random/hash.hpp"
+#include "gradzip/transform/hadamard.hpp"
+#include "gradzip/wire/reader.hpp"
+#include "gradzip/wire/writer.hpp"
+
+namespace gradzip::hash {
+
+class simhash {
+ public:
+  static constexpr std::uint8_t structure_id = 8;
+  static constexpr wire::codec_id id{0, structure_id, 0, 0};
+  static constexpr bool summable = false;
+  static constexpr std::uint64_t params_bytes = 24;
+  static constexpr std::uint32_t poisoned_scale = 0x7FC00000u;
+
+  /// block: a power of two in [8, 65536]; bits: a multiple of 8 in [8, block].
+  simhash(std::uint32_t block, std::uint32_t bits, std::uint64_t seed) : block_(block), bits_(bits), seed_(seed) {
+    GRADZIP_EXPECTS(block >= 8 && block <= (1u << 16) && (block & (block - 1)) == 0,
+                    "simhash: block must be a power of two in [8, 65536], got ", block);
+    GRADZIP_EXPECTS(bits >= 8 && bits <= block && bits % 8 == 0,
+                    "simhash: bits per block must be a multiple of 8 in [8, block = ", block, "], got ", bits);
+  }
+
+  std::uint32_t block() const noexcept { return block_; }
+  std::uint32_t bits() const noexcept { return bits_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+  std::uint64_t block_count(std::uint64_t n) const { return (n + block_ - 1) / block_; }
+
+  /// Rotation rounds: one H D round leaves a sparse block's projections far from Gaussian (one
+  /// dominant element fixes every sign, and the estimate loses the others), three make them
+  /// Gaussian enough for the estimator (the HD3 HD2 HD1 pseudo-random rotation of Andoni et al.,
+  /// "Practical and optimal LSH for angular distance", NeurIPS 2015).
+  static constexpr std::uint32_t rounds = 3;
+
+  /// The projection of one block: its sign words' key and the sampled rows' stride and offset.
+  struct projection {
+    std::uint64_t key;
+    std::uint32_t stride;  // odd
+    std::uint32_t offset;
+    /// Bit k % 64 of word k / 64 is set when D_round's entry k is -1.
+    std::uint64_t sign_word(std::uint32_t round, std::uint32_t word) const {
+      return hash64(key, (std::uint64_t{round} << 12) | word);
+    }
+    std::uint32_t row(std::uint32_t i, std::uint32_t block) const { return (stride * i + offset) & (block - 1); }
+  };
+  projection projection_of(quantize::compress_context ctx, std::uint64_t b) const {
+    const std::uint64_t key = hash64(hash64(hash64(seed_, ctx.step), ctx.tensor_id), b);
+    // Indices past any sign word's (below 2^14) keep the row draws independent of the signs.
+    const auto stride = static_cast<std::uint32_t>(hash64(key, std::uint64_t{1} << 40)) | 1u;
+    const auto offset = static_cast<std::uint32_t>(hash64(key, (std::uint64_t{1} << 40) + 1));
+    return {key, stride & (block_ - 1), offset & (block_ - 1)};
+  }
+
+  wire::payload_layout layout(std::uint64_t n) const {
+    wire::payload_layout l;
+    l.add(wire::tag::params, params_bytes);
+    l.add(wire::tag::scales, block_count(n) * 4);
+    l.add(wire::tag::values, block_count(n) * (bits_ / 8));
+    return l;
+  }
+  template <class T>
+  std::size_t max_compressed_bytes(std::size_t n) const {
+    return layout(n).total_bytes();
+  }
+  /// Scratch: one block of floats per host thread.
+  template <class T>
+  std::size_t workspace_bytes(host& exec, std::size_t /*n*/) const {
+    return static_cast<std::size_t>(std::max(1, exec.threads())) * block_ * sizeof(float) + 64;
+  }
+
+  /// Hashes x into `out` (max_compressed_bytes bytes); returns the payload's size.
+  template <class T>
+  std::size_t compress(host& exec, span<const T> x, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    const wire::payload_layout l = layout(x.size());
+    GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "simhash::compress: output holds ", out.size(),
+                    " bytes, the payload needs ", l.total_bytes());
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    wire::write_header(base, l, element_traits<T>::type, id, x.size());
+    std::uint8_t* params = base + l.at(0).offset;
+    wire::detail::store_le(params, block_, 4);
+    wire::detail::store_le(params + 4, bits_, 4);
+    wire::detail::store_le(params + 8, seed_, 8);
+    wire::detail::store_le(params + 16, ctx.step, 4);
+    wire::detail::store_le(params + 20, ctx.tensor_id, 4);
+    wire::zero_section_padding(base, l);
+    std::uint8_t* scales = base + l.at(1).offset;
+    std::uint8_t* codes = base + l.at(2).offset;
+    each_block(exec, x.size(), [&](std::uint64_t b, float* v) { hash_block(x, b, ctx, v, scales, codes); });
+    return l.total_bytes();
+  }
+
+  /// out <- 0, then decompress_add.
+  template <class T>
+  void decompress(host& exec, span<const std::byte> payload, span<T> out) const {
+    std::fill(out.begin(), out.end(), from_double<T>(0.0));
+    decompress_add(exec, payload, out);
+  }
+
+  /// out <- out + alpha x^, after validating the whole payload (nothing is written on error).
+  template <class T>
+  void decompress_add(host& exec, span<const std::byte> payload, span<T> out, float alpha = 1.0f) const {
+    const view v = parse<T>(payload, out.size());
+    each_block(exec, out.size(), [&](std::uint64_t b, float* u) { unhash_block(v, b, u, out, alpha); });
+  }
+
+ private:
+  struct view {
+    const std::uint8_t* scales;
+    const std::uint8_t* codes;
+    quantize::compress_context ctx;
+  };
+
+  template <class T>
+  void hash_block(span<const T> x, std::uint64_t b, quantize::compress_context ctx, float* v, std::uint8_t* scales,
+                  std::uint8_t* codes) const {
+    const projection p = projection_of(ctx, b);
+    const std::uint64_t first = b * block_;
+    const std::uint64_t count = std::min<std::uint64_t>(block_, x.size() - first);
+    for (std::uint32_t k = 0; k < block_; ++k) v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
+    const double norm2 = squared_norm(v);
+    for (std::uint32_t r = 0; r < rounds; ++r) {  // v <- (H D_r / sqrt(B)) v
+      flip_and_scale(v, p, r);
+      transform::hadamard::walsh_hadamard(v, block_);
+    }
+    std::uint8_t* bits = codes + b * (bits_ / 8);
+    std::memset(bits, 0, bits_ / 8);
+    double sum_abs = 0.0;  // sum of |z| over the sampled rows
+    for (std::uint32_t i = 0; i < bits_; ++i) {
+      const float z = v[p.row(i, block_)];
+      sum_abs += std::fabs(static_cast<double>(z));
+      bits[i / 8] |= static_cast<std::uint8_t>((z < 0.0f ? 1u : 0u) << (i % 8));
+    }
+    const double scale = sum_abs > 0.0 ? norm2 * bits_ / (static_cast<double>(block_) * sum_abs) : 0.0;
+    std::uint32_t scale_bits = gradzip::detail::bit_cast<std::uint32_t>(static_cast<float>(scale));
+    if (!std::isfinite(norm2) || !std::isfinite(static_cast<float>(scale)) || std::isnan(sum_abs)) {
+      scale_bits = poisoned_scale;
+      std::memset(bits, 0, bits_ / 8);
+    }
+    wire::detail::store_le(scales + 4 * b, scale_bits, 4);
+  }
+
+  template <class T>
+  void unhash_block(const view& v, std::uint64_t b, float* u, span<T> out, float alpha) const {
+    const std::uint64_t first = b * block_;
+    const std::uint64_t count = std::min<std::uint64_t>(block_, out.size() - first);
+    const auto scale_bits = static_cast<std::uint32_t>(wire::detail::load_le(v.scales + 4 * b, 4));
+    if (scale_bits == poisoned_scale) {
+      for (std::uint64_t k = 0; k < count; ++k) gradzip::detail::accumulate(out[first + k], std::nan(""), alpha);
+      return;
+    }
+    const projection p = projection_of(v.ctx, b);
+    // x^ = R^T (scale B / m) S^T sign, R^T = product over rounds, last first, of D_r H / sqrt(B).
+    const auto magnitude = static_cast<float>(static_cast<double>(gradzip::detail::bit_cast<float>(scale_bits)) *
+                                              block_ / bits_);
+    std::fill(u, u + block_, 0.0f);
+    const std::uint8_t* bits = v.codes + b * (bits_ / 8);
+    for (std::uint32_t i = 0; i < bits_; ++i) {
+      u[p.row(i, block_)] = ((bits[i / 8] >> (i % 8)) & 1u) != 0 ? -magnitude : magnitude;
+    }
+    for (std::uint32_t r = rounds; r-- > 0;) {
+      transform::hadamard::walsh_hadamard(u, block_);
+      flip_and_scale(u, p, r);
+    }
+    for (std::uint64_t k = 0; k < count; ++k) gradzip::detail::accumulate(out[first + k], u[k], alpha);
+  }
+
+  /// |v|^2 in double, as eight interleaved partial sums (k mod 8) added in a fixed order: the
+  /// loop vectorizes, and the order is the format's, not the compiler's.
+  double squared_norm(const float* v) const {
+    double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (std::uint32_t k = 0; k < block_; k += 8) {
+      for (int l = 0; l < 8; ++l) partial[l] += static_cast<double>(v[k + l]) * v[k + l];
+    }
+    return ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  }
+
+  /// v <- D_r v / sqrt(B), 64 elements per sign word; the sign as a flip of the sign bit (a
+  /// multiply by +-1 would compile into a branch that mispredicts on every other element).
+  void flip_and_scale(float* v, const projection& p, std::uint32_t r) const {
+    const float inverse_sqrt = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block_)));
+    for (std::uint32_t w = 0; w < block_ / 64 + (block_ % 64 != 0 ? 1 : 0); ++w) {
+      const std::uint64_t signs = p.sign_word(r, w);
+      const std::uint32_t end = std::min<std::uint32_t>(block_, 64 * w + 64);
+      for (std::uint32_t k = 64 * w; k < end; ++k) {
+        const auto flip = static_cast<std::uint32_t>(signs >> (k & 63)) << 31;
+        v[k] = gradzip::detail::bit_cast<float>(gradzip::detail::bit_cast<std::uint32_t>(v[k] * inverse_sqrt) ^ flip);
+      }
+    }
+  }
+
+  /// Validates a payload of this configuration for n elements of T.
+  template <class T>
+  view parse(span<const std::byte> bytes, std::uint64_t n) const {
+    const wire::header h = wire::read_header(bytes);
+    constexpr const char* what = "simhash";
+    const auto fail = [&](wire::status s) { wire::throw_if_failed(s, what); };
+    if (h.codec.packed() != id.packed()) fail(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()));
+    const wire::tag tags[3] = {wire::tag::params, wire::tag::scales, wire::tag::values};
+    wire::throw_if_failed(wire::expect_sections(h, tags, 3), what);
+    if (h.type != element_traits<T>::type) {
+      fail(wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type)));
+    }
+    if (h.element_count != n) fail(wire::fail(wire::format_errc::size_mismatch, h.element_count, n));
+    if (h.sections[0].size != params_bytes) {
+      fail(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes));
+    }
+    const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
+    const std::uint8_t* p = base + h.sections[0].offset;
+    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 4, 4),
+                                     wire::detail::load_le(p + 8, 8)};
+    const std::uint64_t expected[3] = {block_, bits_, seed_};
+    const std::uint64_t at[3] = {0, 4, 8};
+    for (int f = 0; f < 3; ++f) {
+      if (fields[f] != expected[f]) fail(wire::fail(wire::format_errc::bad_params, at[f], fields[f]));
+    }
+    const wire::payload_layout l = layout(n);
+    for (int s = 1; s < 3; ++s) {
+      if (h.sections[s].size != l.at(s).size) {
+        fail(wire::fail(wire::format_errc::bad_section_size, static_cast<std::uint64_t>(s), h.sections[s].size,
+                        l.at(s).size));
+      }
+    }
+    const view v{base + h.sections[1].offset, base + h.sections[2].offset,
+                 {static_cast<std::uint32_t>(wire::detail::load_le(p + 16, 4)),
+                  static_cast<std::uint32_t>(wire::detail::load_le(p + 20, 4))}};
+    for (std::uint64_t b = 0; b < block_count(n); ++b) {
+      const auto s = static_cast<std::uint32_t>(wire::detail::load_le(v.scales + 4 * b, 4));
+      const bool finite_non_negative = (s >> 31) == 0 && (s & 0x7F800000u) != 0x7F800000u;
+      if (!finite_non_negative && s != poisoned_scale) fail(wire::fail(wire::format_errc::bad_code, b, s));
+      if (s == poisoned_scale) {
+        const std::uint8_t* bits = v.codes + b * (bits_ / 8);
+        if (std::any_of(bits, bits + bits_ / 8, [](std::uint8_t c) { return c != 0; })) {
+          fail(wire::fail(wire::format_errc::bad_code, b, s));
+        }
+      }
+    }
+    return v;
+  }
+
+  /// f(b, v) for every block b of an n-element tensor, v a block of float scratch per thread.
+  template <class F>
+  void each_block(host& exec, std::uint64_t n, F f) const {
+    const std::uint64_t blocks = block_count(n);
+    const std::size_t chunks = std::min<std::size_t>(static_cast<std::size_t>(std::max(1, exec.threads())),
+                                                     std::max<std::size_t>(1, gradzip::detail::chunk_count(exec, n)));
+    auto* scratch = reinterpret_cast<float*>(exec.scratch(chunks * block_ * sizeof(float)));
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(blocks, chunks, c);
+      for (std::uint64_t b = r.begin; b < r.end; ++b) f(b, scratch + c * block_);
+    });
+  }
+
+  std::uint32_t block_;
+  std::uint32_t bits_;
+  std::uint64_t seed_;
+};
+
+}  // namespace gradzip::hash

@@ -174,6 +174,31 @@ std::unique_ptr<reducer> make(gz::host& exec, Codec c, int ranks, bool feedback)
   return std::make_unique<codec_reducer<Codec>>(exec, c, ranks, feedback);
 }
 
+/// FetchSGD: each rank sketches its gradient, the tables are summed in one allreduce, and every
+/// rank runs the same sketch-space momentum and error step on the sum (identical states), then
+/// applies the k unsketched coordinates. Momentum is dampened, S_u <- rho S_u + (1 - rho) S / P,
+/// so the learning rate means what it means for the other rows.
+struct fetchsgd_reducer final : reducer {
+  float rho;
+  gz::sketch::count_sketch cs;
+  gz::sketch::fetchsgd fs;
+  gz::codec<gz::sparsify::topk> top;
+  std::vector<std::byte> table, delta;
+  int ranks;
+  fetchsgd_reducer(std::uint32_t rows, std::uint64_t columns, std::uint64_t k, float momentum, int r)
+      : rho(momentum), cs(rows, columns, 4242), fs(cs, parameters, k, momentum), top(gz::sparsify::topk::count(k)),
+        table(cs.payload_bytes(parameters)), delta(fs.max_update_bytes()), ranks(r) {}
+  std::size_t reduce(gz::comm::communicator& comm, gz::host& exec, std::vector<float>& grad, std::uint32_t) override {
+    cs.compress(exec, gz::span<const float>(grad), gz::span<std::byte>(table));
+    auto* cells = const_cast<std::uint8_t*>(cs.table_of(gz::span<const std::byte>(table)));
+    comm.allreduce_sum(cells, static_cast<std::size_t>(cs.rows()) * cs.columns(), gz::element_type::f32);
+    const std::size_t bytes = fs.step(exec, gz::span<const std::byte>(table), gz::span<std::byte>(delta),
+                                      (1.0f - rho) / static_cast<float>(ranks), 1.0f);
+    top.decompress(exec, gz::span<const std::byte>(delta.data(), bytes), gz::span<float>(grad));
+    return table.size();
+  }
+};
+
 struct candidate {
   std::string key, name;
   std::function<std::unique_ptr<reducer>(gz::host&, int)> build;
@@ -199,6 +224,14 @@ std::vector<candidate> candidates() {
       {"qsgd4", "QSGD 4-bit (bucket 128)", [](gz::host& e, int r) { return make(e, qsgd4{{}, gz::quantize::qsgd<7>{99}}, r, false); }},
       {"scaled-sign-ef", "scaled sign + error feedback", [](gz::host& e, int r) { return make(e, scaled_sign{}, r, true); }},
       {"sign", "sign, no error feedback", [](gz::host& e, int r) { return make(e, sign{}, r, false); }},
+      {"fetchsgd", "count sketch 3 x n/30, top n/300, error in sketch space (FetchSGD, no momentum)",
+       [](gz::host&, int r) -> std::unique_ptr<reducer> {
+         return std::make_unique<fetchsgd_reducer>(3, parameters / 30, parameters / 300, 0.0f, r);
+       }},
+      {"fetchsgd-momentum", "as above, with sketch-space momentum 0.9 (FetchSGD)",
+       [](gz::host&, int r) -> std::unique_ptr<reducer> {
+         return std::make_unique<fetchsgd_reducer>(3, parameters / 30, parameters / 300, 0.9f, r);
+       }},
   };
 }
 

@@ -37,6 +37,7 @@
 #include "gradzip/random/hash.hpp"
 #include "gradzip/random/philox.hpp"
 #include "gradzip/sketch/count_sketch.hpp"
+#include "gradzip/sketch/fetchsgd.hpp"
 #include "gradzip/transform/hadamard.hpp"
 #include "gradzip/sparsify/blockwise_topk.hpp"
 #include "gradzip/sparsify/none.hpp"

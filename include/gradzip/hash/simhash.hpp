@@ -172,19 +172,18 @@ class simhash {
     const std::uint64_t first = b * block_;
     const std::uint64_t count = std::min<std::uint64_t>(block_, x.size() - first);
     for (std::uint32_t k = 0; k < block_; ++k) v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
-    const double norm2 = squared_norm(v);
+    const double norm2 = lane_sum(block_, [&](std::uint32_t k) { return static_cast<double>(v[k]) * v[k]; });
     for (std::uint32_t r = 0; r < rounds; ++r) {  // v <- (H D_r / sqrt(B)) v
       flip_and_scale(v, p, r);
       transform::hadamard::walsh_hadamard(v, block_);
     }
     std::uint8_t* bits = codes + b * (bits_ / 8);
     std::memset(bits, 0, bits_ / 8);
-    double sum_abs = 0.0;  // sum of |z| over the sampled rows
     for (std::uint32_t i = 0; i < bits_; ++i) {
-      const float z = v[p.row(i, block_)];
-      sum_abs += std::fabs(static_cast<double>(z));
-      bits[i / 8] |= static_cast<std::uint8_t>((z < 0.0f ? 1u : 0u) << (i % 8));
+      bits[i / 8] |= static_cast<std::uint8_t>((v[p.row(i, block_)] < 0.0f ? 1u : 0u) << (i % 8));
     }
+    // The sum of |z| over the sampled rows.
+    const double sum_abs = lane_sum(bits_, [&](std::uint32_t i) { return std::fabs(static_cast<double>(v[p.row(i, block_)])); });
     const double scale = sum_abs > 0.0 ? norm2 * bits_ / (static_cast<double>(block_) * sum_abs) : 0.0;
     std::uint32_t scale_bits = gradzip::detail::bit_cast<std::uint32_t>(static_cast<float>(scale));
     if (!std::isfinite(norm2) || !std::isfinite(static_cast<float>(scale)) || std::isnan(sum_abs)) {
@@ -219,14 +218,21 @@ class simhash {
     for (std::uint64_t k = 0; k < count; ++k) gradzip::detail::accumulate(out[first + k], u[k], alpha);
   }
 
-  /// |v|^2 in double, as eight interleaved partial sums (k mod 8) added in a fixed order: the
-  /// loop vectorizes, and the order is the format's, not the compiler's.
-  double squared_norm(const float* v) const {
-    double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (std::uint32_t k = 0; k < block_; k += 8) {
-      for (int l = 0; l < 8; ++l) partial[l] += static_cast<double>(v[k + l]) * v[k + l];
+  /// The format's summation order for the block's |x|^2 and the sampled rows' sum of |z|, so a
+  /// GPU warp reproduces them bit for bit: lane l (of 32) adds terms l, l + 32, ... in order, in
+  /// double, then lanes l and l + offset are added for offset = 16, 8, 4, 2, 1 (a shuffle-down
+  /// tree); the result is lane 0's.
+  template <class Term>
+  static double lane_sum(std::uint32_t count, Term term) {
+    double lane[32];
+    for (int l = 0; l < 32; ++l) lane[l] = 0.0;
+    for (std::uint32_t t = 0; t < count; t += 32) {
+      for (std::uint32_t l = 0; l < 32 && t + l < count; ++l) lane[l] += term(t + l);
     }
-    return ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+    for (int offset = 16; offset > 0; offset /= 2) {
+      for (int l = 0; l < offset; ++l) lane[l] += lane[l + offset];
+    }
+    return lane[0];
   }
 
   /// v <- D_r v / sqrt(B), 64 elements per sign word; the sign as a flip of the sign bit (a

@@ -134,6 +134,16 @@ class count_sketch {
     });
   }
 
+  /// The table of a validated sketch of this configuration (of n elements, if given): rows x
+  /// columns little-endian fp32 cells, row-major, inside `sketch`.
+  const std::uint8_t* table_of(span<const std::byte> sketch, const std::uint64_t* n = nullptr) const {
+    return parse(sketch, n).table;
+  }
+  /// The cell (row x columns + column) that element i adds into in row r.
+  std::uint64_t cell_of(std::uint32_t row, std::uint64_t i) const {
+    return row * columns_ + bucket_of(hash_of(seed_, row, i), columns_);
+  }
+
   /// Bytes `unsketch` may write for k of n elements (a codec<sparsify::topk> payload).
   std::size_t max_unsketch_bytes(std::size_t n, std::uint64_t k) const {
     return codec<sparsify::topk>{sparsify::topk::count(k)}.max_compressed_bytes<float>(n);
@@ -229,7 +239,13 @@ class count_sketch {
 
   /// Median of r values (the mean of the two middle ones for even r).
   static float median(float* v, std::uint32_t r) {
-    std::sort(v, v + r);
+    if (r == 3) return std::max(std::min(v[0], v[1]), std::min(std::max(v[0], v[1]), v[2]));
+    for (std::uint32_t a = 1; a < r; ++a) {  // insertion sort: r <= 31, and a call to std::sort
+      const float key = v[a];                 // costs more than the sort itself
+      std::uint32_t b = a;
+      for (; b > 0 && v[b - 1] > key; --b) v[b] = v[b - 1];
+      v[b] = key;
+    }
     return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
   }
 

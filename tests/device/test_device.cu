@@ -454,3 +454,69 @@ TEST_CASE("cuda sampled top-k equals the host's bytes", "[gpu]") {
   for (std::size_t i = 0; i < 100; ++i) ties[i * 1000] = 2.0f;
   check_parity(ties, gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::count(1000)}, dev);
 }
+
+TEST_CASE("cuda simhash equals the host's bytes and decodes alike", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  for (const auto& [block, bits] : {std::pair<std::uint32_t, std::uint32_t>{8, 8}, {64, 16}, {1024, 128}, {8192, 1024}}) {
+    const gz::hash::simhash sh{block, bits, 31};
+    for (std::size_t n : {std::size_t{1}, std::size_t{block - 1}, std::size_t{3 * block + 5}, std::size_t{100000}}) {
+      auto x = gradzip_tools::synthetic_gradient<float>(n, 7);
+      if (n > 2 * block) x[block + 1] = std::numeric_limits<float>::quiet_NaN();  // one poisoned block
+      std::vector<std::byte> expected(sh.max_compressed_bytes<float>(n));
+      expected.resize(sh.compress(host, gz::span<const float>(x), gz::span<std::byte>(expected), {4, 2}));
+      device_vector<float> dx(x);
+      device_vector<std::byte> out(expected.size());
+      const std::size_t bytes = sh.compress(dev, gz::span<const float>(dx.data, n), out.view(), {4, 2});
+      dev.synchronize();
+      INFO("block " << block << ", bits " << bits << ", n " << n);
+      REQUIRE(bytes == expected.size());
+      CHECK(out.download() == expected);
+      // Decoding: the same floats as the host's (NaN where the host has NaN).
+      std::vector<float> want(n, 0.5f);
+      sh.decompress_add(host, gz::span<const std::byte>(expected), gz::span<float>(want), 0.25f);
+      device_vector<float> acc(std::vector<float>(n, 0.5f));
+      sh.decompress_add(dev, gz::span<const std::byte>(out.data, bytes), acc.view(), 0.25f);
+      dev.check();
+      const auto got = acc.download();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (std::isnan(want[i])) {
+          CHECK(std::isnan(got[i]));
+        } else {
+          CHECK(got[i] == want[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda simhash rejects malformed payloads and changes nothing", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const gz::hash::simhash sh{64, 16, 9};
+  const auto x = gradzip_tools::synthetic_gradient<float>(300, 6);
+  std::vector<std::byte> good(sh.max_compressed_bytes<float>(300));
+  sh.compress(host, gz::span<const float>(x), gz::span<std::byte>(good));
+  const auto h = gz::wire::read_header(gz::span<const std::byte>(good));
+  const auto rejects = [&](const gz::hash::simhash& reader, const std::vector<std::byte>& bytes, gz::wire::format_errc code) {
+    device_vector<std::byte> dp(bytes);
+    device_vector<float> acc(std::vector<float>(300, 1.0f));
+    reader.decompress_add(dev, gz::span<const std::byte>(dp.data, bytes.size()), acc.view());
+    try {
+      dev.check();
+      FAIL("accepted");
+    } catch (const gz::format_error& e) {
+      CHECK(e.code() == code);
+    }
+    CHECK(acc.download() == std::vector<float>(300, 1.0f));
+  };
+  rejects(gz::hash::simhash{64, 16, 8}, good, gz::wire::format_errc::bad_params);
+  auto negative = good;
+  negative[h.sections[1].offset + 3] = std::byte{0x80};  // block 0's scale gets its sign bit
+  rejects(sh, negative, gz::wire::format_errc::bad_code);
+  auto other = good;
+  other[9] = std::byte{7};
+  rejects(sh, other, gz::wire::format_errc::codec_mismatch);
+}

@@ -191,3 +191,4 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/threshold.cuh"
 #include "gradzip/detail/cuda/sampled_topk.cuh"
 #include "gradzip/detail/cuda/topk.cuh"
+#include "gradzip/detail/cuda/simhash.cuh"

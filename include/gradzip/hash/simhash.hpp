@@ -31,7 +31,8 @@
  * byte i / 8 at bit i % 8). A block holding NaN or inf (or whose scale overflows fp32) is sent
  * with the scale 0x7FC00000 and zero bits, and decodes to NaN: loud, never silently zero. The
  * decoder rejects every other scale that is negative or not finite, and bits set in a NaN block.
- * Host executor; the CUDA backend is not written yet (issue 5).
+ * Host executor, and CUDA (detail/cuda/simhash.cuh: blocks up to 8192, one thread block each,
+ * the host's bytes; run where a GPU is lent).
  *
  * @code
  * gradzip::hash::simhash sh{1024, 128, seed};         // 1/8 bit + 1/32 bit of scale per element
@@ -46,6 +47,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"
@@ -57,6 +59,12 @@
 #include "gradzip/transform/hadamard.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
+
+namespace gradzip::detail {
+/// Executors other than the host's (detail/cuda/simhash.cuh for `cuda`).
+template <class Exec>
+struct simhash_backend;
+}  // namespace gradzip::detail
 
 namespace gradzip::hash {
 
@@ -93,26 +101,116 @@ class simhash {
     std::uint32_t stride;  // odd
     std::uint32_t offset;
     /// Bit k % 64 of word k / 64 is set when D_round's entry k is -1.
-    std::uint64_t sign_word(std::uint32_t round, std::uint32_t word) const {
+    GRADZIP_HOST_DEVICE std::uint64_t sign_word(std::uint32_t round, std::uint32_t word) const {
       return hash64(key, (std::uint64_t{round} << 12) | word);
     }
-    std::uint32_t row(std::uint32_t i, std::uint32_t block) const { return (stride * i + offset) & (block - 1); }
+    GRADZIP_HOST_DEVICE std::uint32_t row(std::uint32_t i, std::uint32_t block) const {
+      return (stride * i + offset) & (block - 1);
+    }
   };
-  projection projection_of(quantize::compress_context ctx, std::uint64_t b) const {
-    const std::uint64_t key = hash64(hash64(hash64(seed_, ctx.step), ctx.tensor_id), b);
+  GRADZIP_HOST_DEVICE static projection projection_for(std::uint64_t seed, std::uint32_t block,
+                                                       quantize::compress_context ctx, std::uint64_t b) {
+    const std::uint64_t key = hash64(hash64(hash64(seed, ctx.step), ctx.tensor_id), b);
     // Indices past any sign word's (below 2^14) keep the row draws independent of the signs.
     const auto stride = static_cast<std::uint32_t>(hash64(key, std::uint64_t{1} << 40)) | 1u;
     const auto offset = static_cast<std::uint32_t>(hash64(key, (std::uint64_t{1} << 40) + 1));
-    return {key, stride & (block_ - 1), offset & (block_ - 1)};
+    return {key, stride & (block - 1), offset & (block - 1)};
+  }
+  projection projection_of(quantize::compress_context ctx, std::uint64_t b) const {
+    return projection_for(seed_, block_, ctx, b);
   }
 
-  wire::payload_layout layout(std::uint64_t n) const {
+  /// The fp32 scale |x|^2 m / (B sum |z|) as stored, or `poisoned_scale` when the block held a
+  /// non-finite value or the scale does not fit fp32 (shared by every executor).
+  GRADZIP_HOST_DEVICE static std::uint32_t scale_word(double norm2, double sum_abs, std::uint32_t block,
+                                                      std::uint32_t bits) {
+    const double scale = sum_abs > 0.0 ? norm2 * bits / (static_cast<double>(block) * sum_abs) : 0.0;
+    const auto word = gradzip::detail::bit_cast<std::uint32_t>(static_cast<float>(scale));
+    const auto norm_word = gradzip::detail::bit_cast<std::uint64_t>(norm2);
+    const auto sum_word = gradzip::detail::bit_cast<std::uint64_t>(sum_abs);
+    constexpr std::uint64_t double_exponent = 0x7FF0000000000000ull;
+    const bool finite = (norm_word & double_exponent) != double_exponent &&
+                        (sum_word & double_exponent) != double_exponent && (word & 0x7F800000u) != 0x7F800000u;
+    return finite ? word : poisoned_scale;
+  }
+
+  /// Where a validated payload's scales and codes are, and the step and tensor it was made for.
+  struct frame {
+    std::uint64_t scales = 0, codes = 0;  // byte offsets in the payload
+    quantize::compress_context ctx{};
+  };
+
+  GRADZIP_HOST_DEVICE static wire::payload_layout layout_for(std::uint64_t n, std::uint32_t block, std::uint32_t bits) {
+    const std::uint64_t blocks = (n + block - 1) / block;
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
-    l.add(wire::tag::scales, block_count(n) * 4);
-    l.add(wire::tag::values, block_count(n) * (bits_ / 8));
+    l.add(wire::tag::scales, blocks * 4);
+    l.add(wire::tag::values, blocks * (bits / 8));
     return l;
   }
+
+  /// Header, params and padding of a payload for n elements of `type` (scales and codes follow).
+  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* base, std::uint64_t n, element_type type, std::uint32_t block,
+                                              std::uint32_t bits, std::uint64_t seed, quantize::compress_context ctx) {
+    const wire::payload_layout l = layout_for(n, block, bits);
+    wire::write_header(base, l, type, id, n);
+    std::uint8_t* params = base + l.at(0).offset;
+    wire::detail::store_le(params, block, 4);
+    wire::detail::store_le(params + 4, bits, 4);
+    wire::detail::store_le(params + 8, seed, 8);
+    wire::detail::store_le(params + 16, ctx.step, 4);
+    wire::detail::store_le(params + 20, ctx.tensor_id, 4);
+    wire::zero_section_padding(base, l);
+  }
+
+  /// Checks a parsed header against this configuration (block, bits, seed), n and type.
+  GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base, std::uint64_t n,
+                                                      element_type type, std::uint32_t block, std::uint32_t bits,
+                                                      std::uint64_t seed, frame& f) {
+    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
+    const wire::tag tags[3] = {wire::tag::params, wire::tag::scales, wire::tag::values};
+    const wire::status sections = wire::expect_sections(h, tags, 3);
+    if (!sections.ok()) return sections;
+    if (h.type != type) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
+    if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
+    if (h.sections[0].size != params_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
+    }
+    const std::uint8_t* p = base + h.sections[0].offset;
+    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 4, 4),
+                                     wire::detail::load_le(p + 8, 8)};
+    const std::uint64_t expected[3] = {block, bits, seed};
+    const std::uint64_t at[3] = {0, 4, 8};
+    for (int k = 0; k < 3; ++k) {
+      if (fields[k] != expected[k]) return wire::fail(wire::format_errc::bad_params, at[k], fields[k]);
+    }
+    const wire::payload_layout l = layout_for(n, block, bits);
+    for (std::uint32_t k = 1; k < 3; ++k) {
+      if (h.sections[k].size != l.at(k).size) {
+        return wire::fail(wire::format_errc::bad_section_size, k, h.sections[k].size, l.at(k).size);
+      }
+    }
+    f.scales = h.sections[1].offset;
+    f.codes = h.sections[2].offset;
+    f.ctx = {static_cast<std::uint32_t>(wire::detail::load_le(p + 16, 4)),
+             static_cast<std::uint32_t>(wire::detail::load_le(p + 20, 4))};
+    return wire::status{};
+  }
+
+  /// Block b's scale is finite and non-negative, or the canonical NaN with all bits zero.
+  GRADZIP_HOST_DEVICE static wire::status check_block(const std::uint8_t* scales, const std::uint8_t* codes,
+                                                      std::uint64_t b, std::uint32_t bits) {
+    const auto s = static_cast<std::uint32_t>(wire::detail::load_le(scales + 4 * b, 4));
+    const bool finite_non_negative = (s >> 31) == 0 && (s & 0x7F800000u) != 0x7F800000u;
+    if (finite_non_negative) return wire::status{};
+    if (s != poisoned_scale) return wire::fail(wire::format_errc::bad_code, b, s);
+    for (std::uint32_t q = 0; q < bits / 8; ++q) {
+      if (codes[b * (bits / 8) + q] != 0) return wire::fail(wire::format_errc::bad_code, b, s);
+    }
+    return wire::status{};
+  }
+
+  wire::payload_layout layout(std::uint64_t n) const { return layout_for(n, block_, bits_); }
   template <class T>
   std::size_t max_compressed_bytes(std::size_t n) const {
     return layout(n).total_bytes();
@@ -130,18 +228,29 @@ class simhash {
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "simhash::compress: output holds ", out.size(),
                     " bytes, the payload needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    wire::write_header(base, l, element_traits<T>::type, id, x.size());
-    std::uint8_t* params = base + l.at(0).offset;
-    wire::detail::store_le(params, block_, 4);
-    wire::detail::store_le(params + 4, bits_, 4);
-    wire::detail::store_le(params + 8, seed_, 8);
-    wire::detail::store_le(params + 16, ctx.step, 4);
-    wire::detail::store_le(params + 20, ctx.tensor_id, 4);
-    wire::zero_section_padding(base, l);
+    write_frame(base, x.size(), element_traits<T>::type, block_, bits_, seed_, ctx);
     std::uint8_t* scales = base + l.at(1).offset;
     std::uint8_t* codes = base + l.at(2).offset;
     each_block(exec, x.size(), [&](std::uint64_t b, float* v) { hash_block(x, b, ctx, v, scales, codes); });
     return l.total_bytes();
+  }
+
+  /// On another executor (CUDA: device buffers, asynchronous; bad bytes reach exec.check()).
+  template <class T, class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t workspace_bytes(Exec& /*exec*/, std::size_t /*n*/) const {
+    return 0;
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t compress(Exec& exec, span<const T> x, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    return gradzip::detail::simhash_backend<Exec>::compress(*this, exec, x, out, ctx);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void decompress(Exec& exec, span<const std::byte> payload, span<T> out) const {
+    gradzip::detail::simhash_backend<Exec>::decompress_add(*this, exec, payload, out, 1.0f, true);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void decompress_add(Exec& exec, span<const std::byte> payload, span<T> out, float alpha = 1.0f) const {
+    gradzip::detail::simhash_backend<Exec>::decompress_add(*this, exec, payload, out, alpha, false);
   }
 
   /// out <- 0, then decompress_add.
@@ -184,12 +293,8 @@ class simhash {
     }
     // The sum of |z| over the sampled rows.
     const double sum_abs = lane_sum(bits_, [&](std::uint32_t i) { return std::fabs(static_cast<double>(v[p.row(i, block_)])); });
-    const double scale = sum_abs > 0.0 ? norm2 * bits_ / (static_cast<double>(block_) * sum_abs) : 0.0;
-    std::uint32_t scale_bits = gradzip::detail::bit_cast<std::uint32_t>(static_cast<float>(scale));
-    if (!std::isfinite(norm2) || !std::isfinite(static_cast<float>(scale)) || std::isnan(sum_abs)) {
-      scale_bits = poisoned_scale;
-      std::memset(bits, 0, bits_ / 8);
-    }
+    const std::uint32_t scale_bits = scale_word(norm2, sum_abs, block_, bits_);
+    if (scale_bits == poisoned_scale) std::memset(bits, 0, bits_ / 8);
     wire::detail::store_le(scales + 4 * b, scale_bits, 4);
   }
 
@@ -252,49 +357,12 @@ class simhash {
   /// Validates a payload of this configuration for n elements of T.
   template <class T>
   view parse(span<const std::byte> bytes, std::uint64_t n) const {
-    const wire::header h = wire::read_header(bytes);
-    constexpr const char* what = "simhash";
-    const auto fail = [&](wire::status s) { wire::throw_if_failed(s, what); };
-    if (h.codec.packed() != id.packed()) fail(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()));
-    const wire::tag tags[3] = {wire::tag::params, wire::tag::scales, wire::tag::values};
-    wire::throw_if_failed(wire::expect_sections(h, tags, 3), what);
-    if (h.type != element_traits<T>::type) {
-      fail(wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type)));
-    }
-    if (h.element_count != n) fail(wire::fail(wire::format_errc::size_mismatch, h.element_count, n));
-    if (h.sections[0].size != params_bytes) {
-      fail(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes));
-    }
+    const wire::header h = wire::read_header(bytes);  // also verifies a CRC-32C, if sealed
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
-    const std::uint8_t* p = base + h.sections[0].offset;
-    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 4, 4),
-                                     wire::detail::load_le(p + 8, 8)};
-    const std::uint64_t expected[3] = {block_, bits_, seed_};
-    const std::uint64_t at[3] = {0, 4, 8};
-    for (int f = 0; f < 3; ++f) {
-      if (fields[f] != expected[f]) fail(wire::fail(wire::format_errc::bad_params, at[f], fields[f]));
-    }
-    const wire::payload_layout l = layout(n);
-    for (int s = 1; s < 3; ++s) {
-      if (h.sections[s].size != l.at(s).size) {
-        fail(wire::fail(wire::format_errc::bad_section_size, static_cast<std::uint64_t>(s), h.sections[s].size,
-                        l.at(s).size));
-      }
-    }
-    const view v{base + h.sections[1].offset, base + h.sections[2].offset,
-                 {static_cast<std::uint32_t>(wire::detail::load_le(p + 16, 4)),
-                  static_cast<std::uint32_t>(wire::detail::load_le(p + 20, 4))}};
-    for (std::uint64_t b = 0; b < block_count(n); ++b) {
-      const auto s = static_cast<std::uint32_t>(wire::detail::load_le(v.scales + 4 * b, 4));
-      const bool finite_non_negative = (s >> 31) == 0 && (s & 0x7F800000u) != 0x7F800000u;
-      if (!finite_non_negative && s != poisoned_scale) fail(wire::fail(wire::format_errc::bad_code, b, s));
-      if (s == poisoned_scale) {
-        const std::uint8_t* bits = v.codes + b * (bits_ / 8);
-        if (std::any_of(bits, bits + bits_ / 8, [](std::uint8_t c) { return c != 0; })) {
-          fail(wire::fail(wire::format_errc::bad_code, b, s));
-        }
-      }
-    }
+    frame f;
+    wire::throw_if_failed(check_frame(h, base, n, element_traits<T>::type, block_, bits_, seed_, f), "simhash");
+    const view v{base + f.scales, base + f.codes, f.ctx};
+    for (std::uint64_t b = 0; b < block_count(n); ++b) wire::throw_if_failed(check_block(v.scales, v.codes, b, bits_), "simhash");
     return v;
   }
 

@@ -1,0 +1,218 @@
+// simhash_backend<cuda>: one thread block per gradient block, the block in shared memory.
+// Every float operation is the host's, in the host's order (the Walsh-Hadamard stages pair the
+// same elements, and the two sums use the format's 32-lane order, reproduced by one warp and
+// a shuffle-down tree), so the bytes equal the host's. No atomics, no host synchronization.
+#pragma once
+
+#include "gradzip/hash/simhash.hpp"
+
+namespace gradzip::detail {
+
+namespace simhash_device {
+
+using sh = hash::simhash;
+
+/// The format's 32-lane sum (simhash::lane_sum) by the calling warp; lane 0 holds the result.
+template <class Term>
+__device__ double warp_lane_sum(std::uint32_t count, Term term) {
+  const unsigned lane = threadIdx.x & 31u;
+  double acc = 0.0;
+  for (std::uint32_t t = lane; t < count; t += 32) acc += term(t);
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, offset);
+  return acc;
+}
+
+/// In place, unnormalized Walsh-Hadamard transform of the block's `size` floats in shared memory.
+__device__ inline void walsh_hadamard(float* v, std::uint32_t size) {
+  for (std::uint32_t half = 1; half < size; half *= 2) {
+    for (std::uint32_t p = threadIdx.x; p < size / 2; p += blockDim.x) {
+      const std::uint32_t j = (p / half) * 2 * half + (p % half);
+      const float a = v[j], b = v[j + half];
+      v[j] = a + b;
+      v[j + half] = a - b;
+    }
+    __syncthreads();
+  }
+}
+
+/// v <- D_r v / sqrt(B): the host's flip_and_scale.
+__device__ inline void flip_and_scale(float* v, const sh::projection& p, std::uint32_t r, std::uint32_t size,
+                                      float inverse_sqrt) {
+  for (std::uint32_t k = threadIdx.x; k < size; k += blockDim.x) {
+    const std::uint64_t signs = p.sign_word(r, k >> 6);
+    const auto flip = static_cast<std::uint32_t>(signs >> (k & 63)) << 31;
+    v[k] = bit_cast<float>(bit_cast<std::uint32_t>(v[k] * inverse_sqrt) ^ flip);
+  }
+  __syncthreads();
+}
+
+__global__ inline void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::uint32_t block,
+                                    std::uint32_t bits, std::uint64_t seed, quantize::compress_context ctx) {
+  sh::write_frame(base, n, type, block, bits, seed, ctx);
+}
+
+template <class T>
+__global__ void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint64_t scales_at,
+                                std::uint64_t codes_at, std::uint32_t block, std::uint32_t bits, std::uint64_t seed,
+                                quantize::compress_context ctx, float inverse_sqrt) {
+  extern __shared__ float v[];
+  __shared__ double norm2;
+  __shared__ std::uint32_t scale;
+  const std::uint64_t b = blockIdx.x;
+  const sh::projection p = sh::projection_for(seed, block, ctx, b);
+  const std::uint64_t first = b * block;
+  const std::uint64_t count = n - first < block ? n - first : block;
+  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
+    v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const double s = warp_lane_sum(block, [&](std::uint32_t k) { return static_cast<double>(v[k]) * v[k]; });
+    if (threadIdx.x == 0) norm2 = s;
+  }
+  __syncthreads();
+  for (std::uint32_t r = 0; r < sh::rounds; ++r) {
+    flip_and_scale(v, p, r, block, inverse_sqrt);
+    walsh_hadamard(v, block);
+  }
+  if (threadIdx.x < 32) {
+    const double sum_abs =
+        warp_lane_sum(bits, [&](std::uint32_t i) { return fabs(static_cast<double>(v[p.row(i, block)])); });
+    if (threadIdx.x == 0) scale = sh::scale_word(norm2, sum_abs, block, bits);
+  }
+  __syncthreads();
+  std::uint8_t* codes = base + codes_at + b * (bits / 8);
+  for (std::uint32_t q = threadIdx.x; q < bits / 8; q += blockDim.x) {
+    unsigned byte = 0;
+    if (scale != sh::poisoned_scale) {
+      for (std::uint32_t t = 0; t < 8; ++t) byte |= (v[p.row(8 * q + t, block)] < 0.0f ? 1u : 0u) << t;
+    }
+    codes[q] = static_cast<std::uint8_t>(byte);
+  }
+  if (threadIdx.x == 0) wire::detail::store_le(base + scales_at + 4 * b, scale, 4);
+}
+
+/// Thread 0 parses and checks the frame into shared memory; false (for the block) on error.
+__device__ inline bool parse_frame(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
+                                   std::uint32_t block, std::uint32_t bits, std::uint64_t seed, sh::frame& f,
+                                   wire::status* st) {
+  __shared__ bool ok;
+  if (threadIdx.x == 0) {
+    wire::header h;
+    wire::status s = wire::parse_header(bytes, size, h);
+    if (s.ok()) s = sh::check_frame(h, bytes, n, type, block, bits, seed, f);
+    ok = s.ok();
+    if (!ok && st != nullptr && blockIdx.x == 0) record_failure(st, s);
+  }
+  __syncthreads();
+  return ok;
+}
+
+__device__ inline sh::frame& shared_frame() {
+  __shared__ alignas(sh::frame) unsigned char storage[sizeof(sh::frame)];
+  return *reinterpret_cast<sh::frame*>(storage);
+}
+
+__global__ inline void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
+                                       std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st) {
+  sh::frame& f = shared_frame();
+  if (!parse_frame(bytes, size, n, type, block, bits, seed, f, st)) return;
+  const std::uint64_t blocks = (n + block - 1) / block;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
+    const wire::status s = sh::check_block(bytes + f.scales, bytes + f.codes, b, bits);
+    if (!s.ok()) record_failure(st, s);
+  }
+}
+
+template <class T>
+__global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
+                             std::uint32_t bits, std::uint64_t seed, float alpha, float inverse_sqrt,
+                             const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
+  extern __shared__ float u[];
+  sh::frame& f = shared_frame();
+  if (!parse_frame(bytes, size, n, element_traits<T>::type, block, bits, seed, f, nullptr)) return;
+  const std::uint64_t b = blockIdx.x;
+  const std::uint64_t first = b * block;
+  const std::uint64_t count = n - first < block ? n - first : block;
+  const auto scale_bits = static_cast<std::uint32_t>(wire::detail::load_le(bytes + f.scales + 4 * b, 4));
+  if (scale_bits == sh::poisoned_scale) {
+    for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], nan(""), alpha);
+    return;
+  }
+  const sh::projection p = sh::projection_for(seed, block, f.ctx, b);
+  const auto magnitude = static_cast<float>(static_cast<double>(bit_cast<float>(scale_bits)) * block / bits);
+  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) u[k] = 0.0f;
+  __syncthreads();
+  const std::uint8_t* codes = bytes + f.codes + b * (bits / 8);
+  for (std::uint32_t i = threadIdx.x; i < bits; i += blockDim.x) {  // distinct rows: no two writes meet
+    u[p.row(i, block)] = ((codes[i / 8] >> (i % 8)) & 1u) != 0 ? -magnitude : magnitude;
+  }
+  __syncthreads();
+  for (std::uint32_t r = sh::rounds; r-- > 0;) {
+    walsh_hadamard(u, block);
+    flip_and_scale(u, p, r, block, inverse_sqrt);
+  }
+  for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], u[k], alpha);
+}
+
+}  // namespace simhash_device
+
+template <>
+struct simhash_backend<cuda> {
+  /// Shared memory holds one block of floats: 32 KB at most (the default per-block limit is 48 KB).
+  static constexpr std::uint32_t max_block = 8192;
+  static constexpr unsigned threads = 256;
+
+  static float inverse_sqrt(std::uint32_t block) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(block))); }
+
+  static void expect_block(const hash::simhash& s, const char* what) {
+    GRADZIP_EXPECTS(s.block() <= max_block, what, ": the CUDA backend handles blocks of at most ", max_block,
+                    " elements, got ", s.block());
+  }
+
+  template <class T>
+  static std::size_t compress(const hash::simhash& s, cuda& exec, span<const T> x, span<std::byte> out,
+                              quantize::compress_context ctx) {
+    expect_block(s, "simhash::compress");
+    const wire::payload_layout l = s.layout(x.size());
+    GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "simhash::compress: output holds ", out.size(),
+                    " bytes, the payload needs ", l.total_bytes());
+    require_aligned(out.data(), "simhash::compress");
+    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
+    simhash_device::frame_kernel<<<1, 1, 0, exec.stream()>>>(base, x.size(), element_traits<T>::type, s.block(),
+                                                            s.bits(), s.seed(), ctx);
+    const std::uint64_t blocks = s.block_count(x.size());
+    if (blocks > 0) {
+      simhash_device::compress_kernel<T><<<static_cast<unsigned>(blocks), threads, s.block() * sizeof(float), exec.stream()>>>(
+          x.data(), x.size(), base, l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(), ctx,
+          inverse_sqrt(s.block()));
+    }
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+    return l.total_bytes();
+  }
+
+  template <class T>
+  static void decompress_add(const hash::simhash& s, cuda& exec, span<const std::byte> payload, span<T> out, float alpha,
+                             bool zero_first) {
+    expect_block(s, "simhash::decompress");
+    require_aligned(payload.data(), "simhash::decompress");
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
+    const std::uint64_t blocks = s.block_count(out.size());
+    simhash_device::validate_kernel<<<grid_for(exec, blocks), threads, 0, exec.stream()>>>(
+        bytes, payload.size(), out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word());
+    if (zero_first) {
+      zero_if_ok_kernel<T><<<grid_for(exec, out.size()), threads, 0, exec.stream()>>>(out.data(), out.size(),
+                                                                                  exec.status_word());
+    }
+    if (blocks > 0) {
+      simhash_device::apply_kernel<T><<<static_cast<unsigned>(blocks), threads, s.block() * sizeof(float), exec.stream()>>>(
+          bytes, payload.size(), out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha, inverse_sqrt(s.block()),
+          exec.status_word());
+    }
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+};
+
+}  // namespace gradzip::detail

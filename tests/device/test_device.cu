@@ -520,3 +520,39 @@ TEST_CASE("cuda simhash rejects malformed payloads and changes nothing", "[gpu]"
   other[9] = std::byte{7};
   rejects(sh, other, gz::wire::format_errc::codec_mismatch);
 }
+
+TEST_CASE("cuda count sketch equals the host's bytes and estimates alike", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  for (const auto& [rows, columns] : {std::pair<std::uint32_t, std::uint64_t>{1, 1}, {3, 1000}, {5, 40000}}) {
+    const gz::sketch::count_sketch cs{rows, columns, 12};
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4097}, std::size_t{1} << 20}) {
+      const auto x = gradzip_tools::synthetic_gradient<float>(n, 3);
+      std::vector<std::byte> expected(cs.payload_bytes(n));
+      cs.compress(host, gz::span<const float>(x), gz::span<std::byte>(expected));
+      device_vector<float> dx(x);
+      device_vector<std::byte> out(expected.size());
+      cs.compress(dev, gz::span<const float>(dx.data, n), out.view());
+      dev.synchronize();
+      INFO("rows " << rows << ", columns " << columns << ", n " << n);
+      CHECK(out.download() == expected);
+      std::vector<float> want(n);
+      cs.estimate(host, gz::span<const std::byte>(expected), gz::span<float>(want));
+      device_vector<float> got(n);
+      cs.estimate(dev, gz::span<const std::byte>(out.data, expected.size()), got.view());
+      dev.check();
+      CHECK(got.download() == want);
+    }
+  }
+  // A sketch of another configuration is refused on the device too.
+  const gz::sketch::count_sketch cs{3, 100, 1};
+  std::vector<std::byte> table(cs.payload_bytes(10));
+  const std::vector<float> ones(10, 1.0f);
+  cs.compress(host, gz::span<const float>(ones), gz::span<std::byte>(table));
+  device_vector<std::byte> dt(table);
+  device_vector<float> est(std::vector<float>(10, 7.0f));
+  gz::sketch::count_sketch{3, 100, 2}.estimate(dev, gz::span<const std::byte>(dt.data, table.size()), est.view());
+  CHECK_THROWS_AS(dev.check(), gz::format_error);
+  CHECK(est.download() == std::vector<float>(10, 7.0f));
+}

@@ -19,8 +19,9 @@
  * the thread count.
  *
  * Payload: codec id 00 06 00 00; params (u32 rows, u32 0, u64 columns, u64 seed), then the table
- * as rows x columns fp32, row-major. The header's element count is n. Host executor; the CUDA
- * backend is not written yet (issue 5).
+ * as rows x columns fp32, row-major. The header's element count is n. Host executor; on CUDA
+ * `compress` and `estimate` (detail/cuda/count_sketch.cuh: a stable sort by column instead of
+ * float atomics, the host's bytes).
  *
  * @code
  * gradzip::sketch::count_sketch cs{5, n / 100, seed};
@@ -35,6 +36,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
 #include "gradzip/codec.hpp"
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
@@ -42,6 +45,12 @@
 #include "gradzip/random/hash.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
+
+namespace gradzip::detail {
+/// Executors other than the host's (detail/cuda/count_sketch.cuh for `cuda`).
+template <class Exec>
+struct count_sketch_backend;
+}  // namespace gradzip::detail
 
 namespace gradzip::sketch {
 
@@ -74,13 +83,70 @@ class count_sketch {
   GRADZIP_HOST_DEVICE static float sign_of(std::uint64_t hash) { return (hash & 1) != 0 ? -1.0f : 1.0f; }
 
   /// The payload layout for a sketch of n elements (its size does not depend on n).
-  wire::payload_layout layout() const {
+  GRADZIP_HOST_DEVICE static wire::payload_layout layout_for(std::uint32_t rows, std::uint64_t columns) {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
-    l.add(wire::tag::values, static_cast<std::uint64_t>(rows_) * columns_ * sizeof(float));
+    l.add(wire::tag::values, static_cast<std::uint64_t>(rows) * columns * sizeof(float));
     return l;
   }
+  wire::payload_layout layout() const { return layout_for(rows_, columns_); }
+
+  /// Header, params and padding of a sketch of n elements (the table follows).
+  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* base, std::uint64_t n, std::uint32_t rows,
+                                              std::uint64_t columns, std::uint64_t seed) {
+    const wire::payload_layout l = layout_for(rows, columns);
+    wire::write_header(base, l, element_type::f32, id, n);
+    std::uint8_t* params = base + l.at(0).offset;
+    for (std::uint64_t b = 0; b < params_bytes; ++b) params[b] = 0;
+    wire::detail::store_le(params, rows, 4);
+    wire::detail::store_le(params + 8, columns, 8);
+    wire::detail::store_le(params + 16, seed, 8);
+    wire::zero_section_padding(base, l);
+  }
+
+  /// Checks a parsed header against (rows, columns, seed) and, unless `n` is null, the element
+  /// count; `table` receives the table's offset.
+  GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base,
+                                                      const std::uint64_t* n, std::uint32_t rows, std::uint64_t columns,
+                                                      std::uint64_t seed, std::uint64_t& table) {
+    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
+    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
+    const wire::status sections = wire::expect_sections(h, tags, 2);
+    if (!sections.ok()) return sections;
+    if (h.type != element_type::f32) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
+    if (h.sections[0].size != params_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
+    }
+    const std::uint8_t* p = base + h.sections[0].offset;
+    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 8, 8),
+                                     wire::detail::load_le(p + 16, 8)};
+    const std::uint64_t expected[3] = {rows, columns, seed};
+    const std::uint64_t at[3] = {0, 8, 16};
+    for (int f = 0; f < 3; ++f) {
+      if (fields[f] != expected[f]) return wire::fail(wire::format_errc::bad_params, at[f], fields[f]);
+    }
+    if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
+    const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows) * columns * sizeof(float);
+    if (h.sections[1].size != table_bytes) return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes);
+    if (n != nullptr && h.element_count != *n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, *n);
+    table = h.sections[1].offset;
+    return wire::status{};
+  }
   std::size_t payload_bytes(std::size_t /*n*/) const { return layout().total_bytes(); }
+
+  /// On another executor (CUDA: device buffers, asynchronous; bad sketches reach exec.check()).
+  template <class T, class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
+    return gradzip::detail::count_sketch_backend<Exec>::template workspace_bytes<T>(*this, exec, n);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t compress(Exec& exec, span<const T> x, span<std::byte> out) const {
+    return gradzip::detail::count_sketch_backend<Exec>::compress(*this, exec, x, out);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void estimate(Exec& exec, span<const std::byte> sketch, span<T> estimates) const {
+    gradzip::detail::count_sketch_backend<Exec>::estimate(*this, exec, sketch, estimates);
+  }
 
   /// Sketches x into `out` (payload_bytes bytes); returns the payload's size.
   template <class T>
@@ -89,13 +155,7 @@ class count_sketch {
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "count_sketch::compress: output holds ", out.size(),
                     " bytes, the sketch needs ", l.total_bytes());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    wire::write_header(base, l, element_type::f32, id, x.size());
-    std::uint8_t* params = base + l.at(0).offset;
-    std::memset(params, 0, params_bytes);
-    wire::detail::store_le(params, rows_, 4);
-    wire::detail::store_le(params + 8, columns_, 8);
-    wire::detail::store_le(params + 16, seed_, 8);
-    wire::zero_section_padding(base, l);
+    write_frame(base, x.size(), rows_, columns_, seed_);
     sketch_rows(exec, x, base + l.at(1).offset);
     return l.total_bytes();
   }
@@ -161,6 +221,23 @@ class count_sketch {
     return top.compress(exec, span<const float>(estimates, v.n), out);
   }
 
+  /// Median of r values (the mean of the two middle ones for even r); reorders v. Shared by
+  /// every executor.
+  GRADZIP_HOST_DEVICE static float median(float* v, std::uint32_t r) {
+    if (r == 3) {  // the common case, branch-free: max(min(a, b), min(max(a, b), c))
+      const float lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+      const float mid = hi < v[2] ? hi : v[2];
+      return lo < mid ? mid : lo;
+    }
+    for (std::uint32_t a = 1; a < r; ++a) {  // insertion sort: r <= 31, and a call to std::sort
+      const float key = v[a];                 // costs more than the sort itself
+      std::uint32_t b = a;
+      for (; b > 0 && v[b - 1] > key; --b) v[b] = v[b - 1];
+      v[b] = key;
+    }
+    return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
+  }
+
  private:
   struct view {
     const std::uint8_t* table = nullptr;
@@ -170,35 +247,10 @@ class count_sketch {
   /// Validates a sketch payload of this configuration (and of n elements, if given).
   view parse(span<const std::byte> bytes, const std::uint64_t* n) const {
     const wire::header h = wire::read_header(bytes);
-    constexpr const char* what = "count_sketch";
-    if (h.codec.packed() != id.packed()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()), what);
-    }
-    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
-    wire::throw_if_failed(wire::expect_sections(h, tags, 2), what);
-    if (h.type != element_type::f32) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type)), what);
-    }
-    if (h.sections[0].size != params_bytes) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes), what);
-    }
-    const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data()) + h.sections[0].offset;
-    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 8, 8),
-                                     wire::detail::load_le(p + 16, 8)};
-    const std::uint64_t expected[3] = {rows_, columns_, seed_};
-    const std::uint64_t at[3] = {0, 8, 16};
-    for (int f = 0; f < 3; ++f) {
-      if (fields[f] != expected[f]) wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, at[f], fields[f]), what);
-    }
-    if (wire::detail::load_le(p + 4, 4) != 0) wire::throw_if_failed(wire::fail(wire::format_errc::nonzero_reserved, 4), what);
-    const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows_) * columns_ * sizeof(float);
-    if (h.sections[1].size != table_bytes) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes), what);
-    }
-    if (n != nullptr && h.element_count != *n) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, *n), what);
-    }
-    return {reinterpret_cast<const std::uint8_t*>(bytes.data()) + h.sections[1].offset, h.element_count};
+    const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
+    std::uint64_t table = 0;
+    wire::throw_if_failed(check_frame(h, base, n, rows_, columns_, seed_, table), "count_sketch");
+    return {base + table, h.element_count};
   }
 
   /// Rows in parallel, each into a float row in scratch (a row's columns are summed in
@@ -236,18 +288,6 @@ class count_sketch {
     return v;
   }
   static void store(std::uint8_t* table, std::uint64_t j, float v) { std::memcpy(table + 4 * j, &v, 4); }
-
-  /// Median of r values (the mean of the two middle ones for even r).
-  static float median(float* v, std::uint32_t r) {
-    if (r == 3) return std::max(std::min(v[0], v[1]), std::min(std::max(v[0], v[1]), v[2]));
-    for (std::uint32_t a = 1; a < r; ++a) {  // insertion sort: r <= 31, and a call to std::sort
-      const float key = v[a];                 // costs more than the sort itself
-      std::uint32_t b = a;
-      for (; b > 0 && v[b - 1] > key; --b) v[b] = v[b - 1];
-      v[b] = key;
-    }
-    return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
-  }
 
   std::uint32_t rows_;
   std::uint64_t columns_;

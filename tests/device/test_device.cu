@@ -556,3 +556,19 @@ TEST_CASE("cuda count sketch equals the host's bytes and estimates alike", "[gpu
   CHECK_THROWS_AS(dev.check(), gz::format_error);
   CHECK(est.download() == std::vector<float>(10, 7.0f));
 }
+
+TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{1} << 20}) {
+    auto x = gradzip_tools::synthetic_gradient<float>(n, 61);
+    x[0] = 1000.0f;  // index 0 must win its slot and be sent
+    for (const auto& [ratio, slots] : {std::pair<double, double>{0.01, 0.0}, {0.01, 0.03}, {0.1, 0.05}}) {
+      INFO("n = " << n << ", ratio " << ratio << ", slots " << slots);
+      const auto h = gz::hash::hashed_topk::ratio(ratio, slots);
+      check_parity(x, gz::codec<gz::hash::hashed_topk>{h}, dev);
+      check_parity(converted<double>(x), gz::codec<gz::hash::hashed_topk>{h}, dev);
+      check_parity(x, gz::codec<gz::hash::hashed_topk, gz::quantize::none, gz::encode::automatic>{h}, dev);
+    }
+  }
+}

@@ -191,5 +191,6 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/threshold.cuh"
 #include "gradzip/detail/cuda/sampled_topk.cuh"
 #include "gradzip/detail/cuda/topk.cuh"
+#include "gradzip/detail/cuda/hashed_topk.cuh"
 #include "gradzip/detail/cuda/simhash.cuh"
 #include "gradzip/detail/cuda/count_sketch.cuh"

@@ -23,6 +23,8 @@
  * fraction is 1 - (m / s)(1 - (1 - 1/m)^s), about 1 - (1 - e^-L) / L at load factor L = s / m
  * (tests/host/test_hashed_topk.cpp measures it against this).
  *
+ * Host and CUDA (detail/cuda/hashed_topk.cuh, a 64-bit atomicMax per survivor) give the same bytes.
+ *
  * @code
  * gradzip::codec<gradzip::hash::hashed_topk> c{gradzip::hash::hashed_topk::ratio(0.01)};
  * @endcode

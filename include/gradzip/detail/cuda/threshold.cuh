@@ -20,6 +20,13 @@ struct threshold_tiles {
   static std::uint64_t count(std::uint64_t n) { return n == 0 ? 1 : (n + tile - 1) / tile; }
 };
 
+/// Whether element i (value v) passes `t`: a threshold on the value, unless Tau decides per index
+/// (hashed top-k's slot winners overload this).
+template <class V, class Tau>
+__device__ inline bool passes_at(V v, std::uint64_t, Tau t) {
+  return sparsify::detail::passes(v, t);
+}
+
 template <class T, class Tau>
 __global__ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t* tile_counts) {
   using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
@@ -28,7 +35,7 @@ __global__ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::
   unsigned kept = 0;
   for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
     const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-    if (i < n && sparsify::detail::passes(to_float(x[i]), t)) ++kept;
+    if (i < n && passes_at(to_float(x[i]), i, t)) ++kept;
   }
   const unsigned total = reduce(storage).Sum(kept);
   if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
@@ -49,7 +56,7 @@ __global__ void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, const 
   std::uint64_t pos = tile_offsets[blockIdx.x];
   for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
     const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-    const unsigned flag = i < n && sparsify::detail::passes(to_float(x[i]), t) ? 1u : 0u;
+    const unsigned flag = i < n && passes_at(to_float(x[i]), i, t) ? 1u : 0u;
     unsigned rank = 0, round_total = 0;
     scan(storage).ExclusiveSum(flag, rank, round_total);
     if (flag) sink(pos + rank, i, x[i]);

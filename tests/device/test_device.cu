@@ -572,3 +572,48 @@ TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]
     }
   }
 }
+
+TEST_CASE("cuda Hadamard-rotated codecs equal the host's bytes and decode alike", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using u4 = gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>;
+  using top = gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>;
+  for (std::uint32_t block : {2u, 64u, 1024u, 8192u}) {
+    const gz::transform::hadamard rotation{block, 17};
+    for (std::size_t n : {std::size_t{1}, std::size_t{block + 3}, std::size_t{100000}}) {
+      const auto x = gradzip_tools::synthetic_gradient<float>(n, 9);
+      INFO("block " << block << ", n " << n);
+      const gz::transform::rotated<u4> ru{u4{}, rotation};
+      const gz::transform::rotated<top> rt{top{gz::sparsify::topk::ratio(0.05)}, rotation};
+      const auto check = [&](const auto& c) {
+        host.reserve(c.template workspace_bytes<float>(host, n));
+        std::vector<std::byte> expected(c.template max_compressed_bytes<float>(n));
+        expected.resize(c.compress(host, gz::span<const float>(x), gz::span<std::byte>(expected)));
+        device_vector<float> dx(x);
+        device_vector<std::byte> out(c.template max_compressed_bytes<float>(n));
+        const std::size_t bytes = c.compress(dev, gz::span<const float>(dx.data, n), out.view());
+        dev.synchronize();
+        REQUIRE(bytes == expected.size());
+        auto got = out.download();
+        got.resize(bytes);
+        CHECK(got == expected);
+        std::vector<float> want(n, 0.25f);
+        c.decompress_add(host, gz::span<const std::byte>(expected), gz::span<float>(want), 0.5f);
+        device_vector<float> acc(std::vector<float>(n, 0.25f));
+        c.decompress_add(dev, gz::span<const std::byte>(out.data, bytes), acc.view(), 0.5f);
+        dev.check();
+        CHECK(acc.download() == want);
+        auto other = expected;  // another seed in the outer params: refused, nothing written
+        other[gz::wire::read_header(gz::span<const std::byte>(expected)).sections[0].offset + 8] ^= std::byte{1};
+        device_vector<std::byte> bad(other);
+        device_vector<float> untouched(std::vector<float>(n, 0.25f));
+        c.decompress_add(dev, gz::span<const std::byte>(bad.data, other.size()), untouched.view(), 0.5f);
+        CHECK_THROWS_AS(dev.check(), gz::format_error);
+        CHECK(untouched.download() == std::vector<float>(n, 0.25f));
+      };
+      check(ru);
+      check(rt);
+    }
+  }
+}

@@ -193,4 +193,5 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/topk.cuh"
 #include "gradzip/detail/cuda/hashed_topk.cuh"
 #include "gradzip/detail/cuda/simhash.cuh"
+#include "gradzip/detail/cuda/hadamard.cuh"
 #include "gradzip/detail/cuda/count_sketch.cuh"

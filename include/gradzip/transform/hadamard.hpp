@@ -15,7 +15,7 @@
  * decoding, rotating back and accumulating. Its payload nests the inner payload: codec id
  * 01 00 00 00 (transform 1: Hadamard), the header's element count n and type, a params section
  * (u32 block, u32 0, u64 seed) and a values section holding the inner codec's whole payload for
- * the padded length. Host executor (the CUDA backend is part of issue 5's remaining work).
+ * the padded length. Host executor, and CUDA for blocks up to 8192 (detail/cuda/hadamard.cuh).
  *
  * @code
  * using q4 = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::uniform<4>, gradzip::encode::none>;
@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gradzip/codec.hpp"
 #include "gradzip/core/error.hpp"
@@ -39,6 +40,12 @@
 #include "gradzip/random/hash.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
+
+namespace gradzip::detail {
+/// `rotated<Codec>` on executors other than the host's (detail/cuda/hadamard.cuh for `cuda`).
+template <class Exec>
+struct rotation_backend;
+}  // namespace gradzip::detail
 
 namespace gradzip::transform {
 
@@ -125,13 +132,16 @@ class hadamard {
  private:
   /// v with its sign flipped when D's entry i is -1: a flip of the sign bit, since a multiply by
   /// +-1 compiles into a branch that mispredicts on every other element.
-  float with_sign(float v, std::uint64_t i) const {
-    std::uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    bits ^= static_cast<std::uint32_t>(hash64(seed_, i) & 1) << 31;
-    std::memcpy(&v, &bits, 4);
-    return v;
+  float with_sign(float v, std::uint64_t i) const { return signed_by(seed_, v, i); }
+
+ public:
+  /// v with D's sign for element i applied (shared by every executor).
+  GRADZIP_HOST_DEVICE static float signed_by(std::uint64_t seed, float v, std::uint64_t i) {
+    const auto bits = gradzip::detail::bit_cast<std::uint32_t>(v) ^ (static_cast<std::uint32_t>(hash64(seed, i) & 1) << 31);
+    return gradzip::detail::bit_cast<float>(bits);
   }
+
+ private:
 
   template <class F>
   void each_block(host& exec, std::uint64_t size, F f) const {
@@ -170,6 +180,72 @@ class rotated {
     return scratch_offset(exec, padded) + padded * sizeof(float);
   }
 
+  /// accum + alpha y, with one fused multiply-add on every executor (the same rounding).
+  template <class T>
+  GRADZIP_HOST_DEVICE static T accumulated(T accum, float y, float alpha) {
+    return from_double<T>(fmaf(alpha, y, static_cast<float>(to_float(accum))));
+  }
+
+  /// Header and params of a payload whose inner payload has `inner_bytes` bytes.
+  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* base, std::uint64_t inner_bytes, element_type type,
+                                              std::uint64_t n, std::uint32_t block, std::uint64_t seed) {
+    const wire::payload_layout l = layout(inner_bytes);
+    wire::write_header(base, l, type, id, n);
+    std::uint8_t* params = base + l.at(0).offset;
+    for (std::uint64_t b = 0; b < params_bytes; ++b) params[b] = 0;
+    wire::detail::store_le(params, block, 4);
+    wire::detail::store_le(params + 8, seed, 8);
+    wire::zero_section_padding(base, l);
+  }
+
+  /// Checks a parsed outer header for n elements against (block, seed); `inner` receives the
+  /// inner payload's offset and size.
+  GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base, std::uint64_t n,
+                                                      std::uint32_t block, std::uint64_t seed, std::uint64_t& inner_at,
+                                                      std::uint64_t& inner_size) {
+    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
+    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
+    const wire::status sections = wire::expect_sections(h, tags, 2);
+    if (!sections.ok()) return sections;
+    if (h.sections[0].size != params_bytes) {
+      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
+    }
+    const std::uint8_t* p = base + h.sections[0].offset;
+    if (wire::detail::load_le(p, 4) != block) return wire::fail(wire::format_errc::bad_params, 0, wire::detail::load_le(p, 4));
+    if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
+    if (wire::detail::load_le(p + 8, 8) != seed) return wire::fail(wire::format_errc::bad_params, 8, wire::detail::load_le(p + 8, 8));
+    if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
+    inner_at = h.sections[1].offset;
+    inner_size = h.sections[1].size;
+    // The values section is exactly the inner payload (its own checks follow in its decoder).
+    wire::header inner;
+    const wire::status nested = wire::parse_header(base + inner_at, inner_size, inner);
+    if (!nested.ok()) return nested;
+    if (inner.total_bytes != inner_size) return wire::fail(wire::format_errc::bad_section_size, 1, inner_size, inner.total_bytes);
+    return wire::status{};
+  }
+
+  /// The offset of the inner payload in every rotated payload (the params section is fixed).
+  static std::uint64_t inner_offset() { return layout(0).at(1).offset; }
+
+  /// On another executor (CUDA: device buffers; detail/cuda/hadamard.cuh).
+  template <class T, class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
+    return gradzip::detail::rotation_backend<Exec>::template workspace_bytes<T>(*this, exec, n);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t compress(Exec& exec, span<const T> input, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    return gradzip::detail::rotation_backend<Exec>::compress(*this, exec, input, out, ctx);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void decompress_add(Exec& exec, span<const std::byte> payload, span<T> accum, float alpha = 1.0f) const {
+    gradzip::detail::rotation_backend<Exec>::decompress_add(*this, exec, payload, accum, alpha, false);
+  }
+  template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void decompress(Exec& exec, span<const std::byte> payload, span<T> out) const {
+    gradzip::detail::rotation_backend<Exec>::decompress_add(*this, exec, payload, out, 1.0f, true);
+  }
+
   /// Rotates `input` (into scratch), compresses it with the inner codec, returns the size.
   template <class T>
   std::size_t compress(host& exec, span<const T> input, span<std::byte> out, quantize::compress_context ctx = {}) const {
@@ -182,15 +258,9 @@ class rotated {
     GRADZIP_EXPECTS(out.size() >= inner_at, "rotated::compress: output too small");
     const std::size_t inner_bytes = inner_.compress(exec, span<const float>(y, padded),
                                                     span<std::byte>(out.data() + inner_at, out.size() - inner_at), ctx);
-    const wire::payload_layout l = layout(inner_bytes);
-    auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    wire::write_header(base, l, element_traits<T>::type, id, n);
-    std::uint8_t* params = base + l.at(0).offset;
-    std::memset(params, 0, params_bytes);
-    wire::detail::store_le(params, rotation_.block(), 4);
-    wire::detail::store_le(params + 8, rotation_.seed(), 8);
-    wire::zero_section_padding(base, l);
-    return l.total_bytes();
+    write_frame(reinterpret_cast<std::uint8_t*>(out.data()), inner_bytes, element_traits<T>::type, n, rotation_.block(),
+                rotation_.seed());
+    return layout(inner_bytes).total_bytes();
   }
 
   /// accum <- accum + alpha * R^-1 decode(inner payload); validated before anything is written.
@@ -201,7 +271,7 @@ class rotated {
     float* y = rotated_scratch(exec, padded);
     inner_.decompress(exec, inner, span<float>(y, padded));  // validates the inner payload
     rotation_.inverse(exec, span<float>(y, padded));
-    for (std::size_t i = 0; i < accum.size(); ++i) accum[i] = from_double<T>(to_float(accum[i]) + alpha * y[i]);
+    for (std::size_t i = 0; i < accum.size(); ++i) accum[i] = accumulated(accum[i], y[i], alpha);
   }
 
   template <class T>
@@ -212,7 +282,7 @@ class rotated {
   }
 
  private:
-  static wire::payload_layout layout(std::uint64_t inner_bytes) {
+  GRADZIP_HOST_DEVICE static wire::payload_layout layout(std::uint64_t inner_bytes) {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
     l.add(wire::tag::values, inner_bytes);
@@ -235,26 +305,12 @@ class rotated {
 
   /// The inner payload of a validated outer frame for n elements.
   span<const std::byte> parse(span<const std::byte> payload, std::uint64_t n) const {
-    constexpr const char* what = "rotated";
     const wire::header h = wire::read_header(payload);
-    if (h.codec.packed() != id.packed()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed()), what);
-    }
-    const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
-    wire::throw_if_failed(wire::expect_sections(h, tags, 2), what);
-    if (h.sections[0].size != params_bytes) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes), what);
-    }
-    const auto* p = reinterpret_cast<const std::uint8_t*>(payload.data()) + h.sections[0].offset;
-    if (wire::detail::load_le(p, 4) != rotation_.block()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, wire::detail::load_le(p, 4)), what);
-    }
-    if (wire::detail::load_le(p + 4, 4) != 0) wire::throw_if_failed(wire::fail(wire::format_errc::nonzero_reserved, 4), what);
-    if (wire::detail::load_le(p + 8, 8) != rotation_.seed()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 8, wire::detail::load_le(p + 8, 8)), what);
-    }
-    if (h.element_count != n) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n), what);
-    return payload.subspan(h.sections[1].offset, h.sections[1].size);
+    std::uint64_t at = 0, size = 0;
+    wire::throw_if_failed(check_frame(h, reinterpret_cast<const std::uint8_t*>(payload.data()), n, rotation_.block(),
+                                      rotation_.seed(), at, size),
+                          "rotated");
+    return payload.subspan(at, size);
   }
 
   Codec inner_;

@@ -41,5 +41,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{});
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint>{});
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::automatic>{});
+  // The sketching family, in the golden payloads' configurations (so the fuzzer starts from
+  // payloads these readers accept): SimHash, a Hadamard-rotated quantizer, a Count Sketch's
+  // estimate, and FetchSGD's state restored from the same bytes.
+  attempt(gz::hash::simhash{64, 16, 9});
+  using u4 = gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>;
+  attempt(gz::transform::rotated<u4>{u4{}, gz::transform::hadamard{256, 5}});
+  // A sketch's (and a state's) size does not depend on n, so a tiny payload may ask for a long
+  // estimate: only small n are estimated, which keeps the fuzzer's runs fast.
+  const gz::sketch::count_sketch cs{3, 100, 9};
+  const std::size_t small = n <= 4096 ? n : 16;
+  try {
+    cs.estimate(exec, bytes, gradzip::span<float>(accum.data(), small));
+  } catch (const gradzip::format_error&) {
+  }
+  if (n > 0 && n <= 4096) {
+    gz::sketch::fetchsgd fs{cs, n, 1};
+    try {
+      fs.restore(exec, bytes);
+    } catch (const gradzip::format_error&) {
+    }
+  }
   return 0;
 }

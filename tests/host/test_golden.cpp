@@ -10,6 +10,9 @@
 #include <string>
 
 #include "common/helpers.hpp"
+#include "gradzip/hash/simhash.hpp"
+#include "gradzip/sketch/count_sketch.hpp"
+#include "gradzip/transform/hadamard.hpp"
 
 using namespace gradzip;
 
@@ -113,6 +116,24 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
   check_golden("sampled_topk_ratio5pct_f32_n4000.grdz",
                test::compress(codec<sparsify::sampled_topk>{sparsify::sampled_topk::ratio(0.05)}, exec,
                               golden_input<float>(4000, 19)));
+
+  // The sketching family: SimHash, a Count Sketch table, and a Hadamard-rotated uniform 4-bit
+  // payload (float adds, exact products and a correctly rounded sqrt only: platform-stable).
+  {
+    const hash::simhash sh{64, 16, 9};
+    const auto x = golden_input<float>(300, 21);
+    std::vector<std::byte> out(sh.max_compressed_bytes<float>(x.size()));
+    out.resize(sh.compress(exec, span<const float>(x), span<std::byte>(out), {3, 1}));
+    check_golden("simhash_b64_m16_f32_n300.grdz", out);
+    const sketch::count_sketch cs{3, 100, 9};
+    const auto y = golden_input<float>(500, 22);
+    std::vector<std::byte> table(cs.payload_bytes(y.size()));
+    cs.compress(exec, span<const float>(y), span<std::byte>(table));
+    check_golden("count_sketch_r3_c100_f32_n500.grdz", table);
+    using u4 = codec<sparsify::none, quantize::uniform<4>, encode::none>;
+    const transform::rotated<u4> rotated{u4{}, transform::hadamard{256, 5}};
+    check_golden("rotated_uniform4_b256_f32_n700.grdz", test::compress(rotated, exec, golden_input<float>(700, 23)));
+  }
 
   using ef_t = feedback::error_feedback<codec<sparsify::topk>, float, host>;
   ef_t ef(exec, codec<sparsify::topk>{sparsify::topk::count(2)}, 8);

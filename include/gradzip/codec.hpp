@@ -504,19 +504,13 @@ class codec {
     if (!s.ok()) return s;
     const wire::header& h = v.header;
     constexpr std::uint32_t expected_id = id.packed();  // a constant: no device-side ODR use
-    if (h.codec.packed() != expected_id) {
-      return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), expected_id);
-    }
     wire::tag tags[4] = {wire::tag::params};
     std::uint32_t listed = 1;
     if (has_indices) tags[listed++] = wire::tag::indices;
     if (bucketed) tags[listed++] = wire::tag::scales;
     tags[listed] = wire::tag::values;
-    s = wire::expect_sections(h, tags, section_count);
+    s = wire::expect_frame(h, expected_id, tags, section_count, params_bytes);
     if (!s.ok()) return s;
-    if (h.sections[0].size != params_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
-    }
     const std::uint64_t params_at = h.sections[0].offset;
     const std::uint8_t* params = bytes + params_at;
     v.count = wire::detail::load_le(params, 8);

@@ -201,6 +201,9 @@ TEST_CASE("simhash rejects malformed and mismatched payloads, writing nothing", 
   for (int k = 0; k < 4; ++k) nan_with_bits[scales + k] = static_cast<std::byte>(hash::simhash::poisoned_scale >> (8 * k));
   nan_with_bits[codes] = std::byte{1};
   rejects(sh, nan_with_bits, wire::format_errc::bad_code);
+  std::vector<float> kept(300, 1.0f);  // decompress, too, writes nothing before validating
+  CHECK_THROWS_AS(sh.decompress(exec, span<const std::byte>(truncated), span<float>(kept)), format_error);
+  CHECK(std::all_of(kept.begin(), kept.end(), [](float v) { return v == 1.0f; }));
   std::vector<double> as_double(300);
   CHECK_THROWS_AS(sh.decompress_add(exec, span<const std::byte>(good), span<double>(as_double)), format_error);
   CHECK_THROWS_AS((hash::simhash{48, 16, 1}), invalid_argument);

@@ -167,23 +167,15 @@ class simhash {
   GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base, std::uint64_t n,
                                                       element_type type, std::uint32_t block, std::uint32_t bits,
                                                       std::uint64_t seed, frame& f) {
-    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
     const wire::tag tags[3] = {wire::tag::params, wire::tag::scales, wire::tag::values};
-    const wire::status sections = wire::expect_sections(h, tags, 3);
-    if (!sections.ok()) return sections;
+    const wire::status frame_ok = wire::expect_frame(h, id.packed(), tags, 3, params_bytes);
+    if (!frame_ok.ok()) return frame_ok;
     if (h.type != type) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
-    if (h.sections[0].size != params_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
-    }
     const std::uint8_t* p = base + h.sections[0].offset;
-    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 4, 4),
-                                     wire::detail::load_le(p + 8, 8)};
-    const std::uint64_t expected[3] = {block, bits, seed};
-    const std::uint64_t at[3] = {0, 4, 8};
-    for (int k = 0; k < 3; ++k) {
-      if (fields[k] != expected[k]) return wire::fail(wire::format_errc::bad_params, at[k], fields[k]);
-    }
+    const wire::param_field fields[3] = {{0, 4, block}, {4, 4, bits}, {8, 8, seed}};
+    const wire::status params_ok = wire::expect_params(p, fields, 3);
+    if (!params_ok.ok()) return params_ok;
     const wire::payload_layout l = layout_for(n, block, bits);
     for (std::uint32_t k = 1; k < 3; ++k) {
       if (h.sections[k].size != l.at(k).size) {
@@ -256,6 +248,7 @@ class simhash {
   /// out <- 0, then decompress_add.
   template <class T>
   void decompress(host& exec, span<const std::byte> payload, span<T> out) const {
+    parse<T>(payload, out.size());  // nothing written before the payload is known to be good
     std::fill(out.begin(), out.end(), from_double<T>(0.0));
     decompress_add(exec, payload, out);
   }

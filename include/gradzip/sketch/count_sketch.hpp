@@ -109,22 +109,14 @@ class count_sketch {
   GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base,
                                                       const std::uint64_t* n, std::uint32_t rows, std::uint64_t columns,
                                                       std::uint64_t seed, std::uint64_t& table) {
-    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
     const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
-    const wire::status sections = wire::expect_sections(h, tags, 2);
-    if (!sections.ok()) return sections;
+    const wire::status frame_ok = wire::expect_frame(h, id.packed(), tags, 2, params_bytes);
+    if (!frame_ok.ok()) return frame_ok;
     if (h.type != element_type::f32) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
-    if (h.sections[0].size != params_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
-    }
     const std::uint8_t* p = base + h.sections[0].offset;
-    const std::uint64_t fields[3] = {wire::detail::load_le(p, 4), wire::detail::load_le(p + 8, 8),
-                                     wire::detail::load_le(p + 16, 8)};
-    const std::uint64_t expected[3] = {rows, columns, seed};
-    const std::uint64_t at[3] = {0, 8, 16};
-    for (int f = 0; f < 3; ++f) {
-      if (fields[f] != expected[f]) return wire::fail(wire::format_errc::bad_params, at[f], fields[f]);
-    }
+    const wire::param_field fields[3] = {{0, 4, rows}, {8, 8, columns}, {16, 8, seed}};
+    const wire::status params_ok = wire::expect_params(p, fields, 3);
+    if (!params_ok.ok()) return params_ok;
     if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
     const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows) * columns * sizeof(float);
     if (h.sections[1].size != table_bytes) return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes);
@@ -170,7 +162,7 @@ class count_sketch {
     const std::size_t chunks = gradzip::detail::chunk_count(exec, cells);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(cells, chunks, c);
-      for (std::uint64_t j = r.begin; j < r.end; ++j) store(to, j, load(to, j) + load(b.table, j));
+      for (std::uint64_t j = r.begin; j < r.end; ++j) store_cell(to, j, load_cell(to, j) + load_cell(b.table, j));
     });
   }
 
@@ -187,7 +179,7 @@ class count_sketch {
       for (std::uint64_t i = r.begin; i < r.end; ++i) {
         for (std::uint32_t row = 0; row < rows_; ++row) {
           const std::uint64_t h = hash_of(seed_, row, i);
-          row_values[row] = sign_of(h) * load(v.table, row * columns_ + bucket_of(h, columns_));
+          row_values[row] = sign_of(h) * load_cell(v.table, row * columns_ + bucket_of(h, columns_));
         }
         estimates[i] = from_double<T>(median(row_values, rows_));
       }
@@ -199,6 +191,14 @@ class count_sketch {
   const std::uint8_t* table_of(span<const std::byte> sketch, const std::uint64_t* n = nullptr) const {
     return parse(sketch, n).table;
   }
+  /// Cell j of a table (little-endian fp32, possibly unaligned: it lives in a payload).
+  static float load_cell(const std::uint8_t* table, std::uint64_t j) {
+    float v;
+    std::memcpy(&v, table + 4 * j, 4);
+    return v;
+  }
+  static void store_cell(std::uint8_t* table, std::uint64_t j, float v) { std::memcpy(table + 4 * j, &v, 4); }
+
   /// The cell (row x columns + column) that element i adds into in row r.
   std::uint64_t cell_of(std::uint32_t row, std::uint64_t i) const {
     return row * columns_ + bucket_of(hash_of(seed_, row, i), columns_);
@@ -282,12 +282,6 @@ class count_sketch {
     });
   }
 
-  static float load(const std::uint8_t* table, std::uint64_t j) {
-    float v;
-    std::memcpy(&v, table + 4 * j, 4);
-    return v;
-  }
-  static void store(std::uint8_t* table, std::uint64_t j, float v) { std::memcpy(table + 4 * j, &v, 4); }
 
   std::uint32_t rows_;
   std::uint64_t columns_;

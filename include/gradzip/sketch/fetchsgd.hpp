@@ -78,11 +78,11 @@ class fetchsgd {
   std::size_t step(host& exec, span<const std::byte> summed, span<std::byte> update, float scale = 1.0f,
                    float lr = 1.0f) {
     const std::uint8_t* incoming = cs_.table_of(summed, &n_);
-    auto* error = const_cast<std::uint8_t*>(cs_.table_of(error_sketch()));
+    std::uint8_t* error = error_table();
     each_cell(exec, [&](std::uint64_t j) {
-      const float u = momentum_ * velocity_[j] + scale * load(incoming, j);
+      const float u = momentum_ * velocity_[j] + scale * count_sketch::load_cell(incoming, j);
       velocity_[j] = u;
-      store(error, j, load(error, j) + lr * u);
+      count_sketch::store_cell(error, j, count_sketch::load_cell(error, j) + lr * u);
     });
     const std::size_t bytes = cs_.unsketch(exec, error_sketch(), k_, update);
     forget_sent(exec, span<const std::byte>(update.data(), bytes));
@@ -96,11 +96,9 @@ class fetchsgd {
     auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
     wire::write_header(base, l, element_type::f32, count_sketch::id, n_);
     wire::zero_section_padding(base, l);
-    const auto sketch_header = wire::read_header(error_sketch());
-    const auto* sketch_base = reinterpret_cast<const std::uint8_t*>(error_sketch_.data());
-    std::memcpy(base + l.at(0).offset, sketch_base + sketch_header.sections[0].offset, count_sketch::params_bytes);
-    for (std::uint64_t j = 0; j < cells(); ++j) store(base + l.at(1).offset, j, velocity_[j]);
-    std::memcpy(base + l.at(2).offset, sketch_base + sketch_header.sections[1].offset, cells() * sizeof(float));
+    std::memcpy(base + l.at(0).offset, sketch_params(), count_sketch::params_bytes);
+    for (std::uint64_t j = 0; j < cells(); ++j) count_sketch::store_cell(base + l.at(1).offset, j, velocity_[j]);
+    std::memcpy(base + l.at(2).offset, error_table(), cells() * sizeof(float));
     return bytes;
   }
 
@@ -108,33 +106,37 @@ class fetchsgd {
   void restore(host& /*exec*/, span<const std::byte> bytes) {
     constexpr const char* what = "fetchsgd::restore";
     const wire::header h = wire::read_header(bytes);
-    if (h.codec.packed() != count_sketch::id.packed()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), count_sketch::id.packed()), what);
-    }
     const wire::tag tags[3] = {wire::tag::params, wire::tag::values, wire::tag::values};
-    wire::throw_if_failed(wire::expect_sections(h, tags, 3), what);
+    wire::throw_if_failed(wire::expect_frame(h, count_sketch::id.packed(), tags, 3, count_sketch::params_bytes), what);
     if (h.element_count != n_) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n_), what);
     const wire::payload_layout l = state_layout();
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 1; s < 3; ++s) {
       if (h.sections[s].size != l.at(s).size) {
         wire::throw_if_failed(wire::fail(wire::format_errc::bad_section_size, static_cast<std::uint64_t>(s),
                                          h.sections[s].size, l.at(s).size),
                               what);
       }
     }
-    const auto sketch_header = wire::read_header(error_sketch());
-    auto* sketch_base = reinterpret_cast<std::uint8_t*>(error_sketch_.data());
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
-    if (std::memcmp(base + h.sections[0].offset, sketch_base + sketch_header.sections[0].offset,
-                    count_sketch::params_bytes) != 0) {
+    if (std::memcmp(base + h.sections[0].offset, sketch_params(), count_sketch::params_bytes) != 0) {
       wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, 0), what);
     }
-    for (std::uint64_t j = 0; j < cells(); ++j) velocity_[j] = load(base + h.sections[1].offset, j);
-    std::memcpy(sketch_base + sketch_header.sections[1].offset, base + h.sections[2].offset, cells() * sizeof(float));
+    for (std::uint64_t j = 0; j < cells(); ++j) velocity_[j] = count_sketch::load_cell(base + h.sections[1].offset, j);
+    std::memcpy(error_table(), base + h.sections[2].offset, cells() * sizeof(float));
   }
 
  private:
   std::uint64_t cells() const { return static_cast<std::uint64_t>(cs_.rows()) * cs_.columns(); }
+
+  /// S_e's params and table inside its own sketch payload (written by cs_.compress: at the
+  /// offsets of cs_'s layout, so nothing needs parsing).
+  const std::uint8_t* sketch_params() const {
+    return reinterpret_cast<const std::uint8_t*>(error_sketch_.data()) + cs_.layout().at(0).offset;
+  }
+  std::uint8_t* error_table() { return reinterpret_cast<std::uint8_t*>(error_sketch_.data()) + cs_.layout().at(1).offset; }
+  const std::uint8_t* error_table() const {
+    return reinterpret_cast<const std::uint8_t*>(error_sketch_.data()) + cs_.layout().at(1).offset;
+  }
 
   wire::payload_layout state_layout() const {
     wire::payload_layout l;
@@ -149,7 +151,7 @@ class fetchsgd {
   void forget_sent(host& exec, span<const std::byte> delta) {
     const codec<sparsify::topk> top{sparsify::topk::count(k_)};
     top.decompress(exec, delta, span<float>(delta_));
-    auto* error = const_cast<std::uint8_t*>(cs_.table_of(error_sketch()));
+    std::uint8_t* error = error_table();
     // Serial in i: two coordinates may share a cell, and a zero is the same whoever writes it,
     // but a data race is undefined behaviour whatever it writes.
     for (std::uint64_t i = 0; i < n_; ++i) {
@@ -157,7 +159,7 @@ class fetchsgd {
       for (std::uint32_t r = 0; r < cs_.rows(); ++r) {
         const std::uint64_t j = cs_.cell_of(r, i);
         velocity_[j] = 0.0f;
-        store(error, j, 0.0f);
+        count_sketch::store_cell(error, j, 0.0f);
       }
     }
   }
@@ -171,12 +173,6 @@ class fetchsgd {
     });
   }
 
-  static float load(const std::uint8_t* table, std::uint64_t j) {
-    float v;
-    std::memcpy(&v, table + 4 * j, 4);
-    return v;
-  }
-  static void store(std::uint8_t* table, std::uint64_t j, float v) { std::memcpy(table + 4 * j, &v, 4); }
 
   count_sketch cs_;
   std::uint64_t n_;

@@ -203,17 +203,14 @@ class rotated {
   GRADZIP_HOST_DEVICE static wire::status check_frame(const wire::header& h, const std::uint8_t* base, std::uint64_t n,
                                                       std::uint32_t block, std::uint64_t seed, std::uint64_t& inner_at,
                                                       std::uint64_t& inner_size) {
-    if (h.codec.packed() != id.packed()) return wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), id.packed());
     const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
-    const wire::status sections = wire::expect_sections(h, tags, 2);
-    if (!sections.ok()) return sections;
-    if (h.sections[0].size != params_bytes) {
-      return wire::fail(wire::format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
-    }
+    const wire::status frame_ok = wire::expect_frame(h, id.packed(), tags, 2, params_bytes);
+    if (!frame_ok.ok()) return frame_ok;
     const std::uint8_t* p = base + h.sections[0].offset;
-    if (wire::detail::load_le(p, 4) != block) return wire::fail(wire::format_errc::bad_params, 0, wire::detail::load_le(p, 4));
+    const wire::param_field fields[2] = {{0, 4, block}, {8, 8, seed}};
+    const wire::status params_ok = wire::expect_params(p, fields, 2);
+    if (!params_ok.ok()) return params_ok;
     if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
-    if (wire::detail::load_le(p + 8, 8) != seed) return wire::fail(wire::format_errc::bad_params, 8, wire::detail::load_le(p + 8, 8));
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
     inner_at = h.sections[1].offset;
     inner_size = h.sections[1].size;

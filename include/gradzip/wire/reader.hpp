@@ -96,6 +96,38 @@ GRADZIP_HOST_DEVICE inline status expect_sections(const header& h, const tag* ta
   return {};
 }
 
+/// Checks a parsed header's codec id, that its sections are exactly `tags[0 .. count)` in that
+/// order, and that the first one (the params section) holds `params_bytes`: the frame checks
+/// every gradzip payload starts with.
+GRADZIP_HOST_DEVICE inline status expect_frame(const header& h, std::uint32_t codec, const tag* tags,
+                                               std::uint32_t count, std::uint64_t params_bytes) {
+  if (h.codec.packed() != codec) return fail(format_errc::codec_mismatch, h.codec.packed(), codec);
+  const status sections = expect_sections(h, tags, count);
+  if (!sections.ok()) return sections;
+  if (h.sections[0].size != params_bytes) {
+    return fail(format_errc::bad_section_size, 0, h.sections[0].size, params_bytes);
+  }
+  return {};
+}
+
+/// A parameter the reader's configuration fixes: `width` little-endian bytes at offset `at`.
+struct param_field {
+  std::uint64_t at;
+  int width;
+  std::uint64_t expected;
+};
+
+/// Checks fields[0 .. count) of the params section at `params`: bad_params names the first
+/// field that differs (its offset and the value found).
+GRADZIP_HOST_DEVICE inline status expect_params(const std::uint8_t* params, const param_field* fields,
+                                                std::uint32_t count) {
+  for (std::uint32_t f = 0; f < count; ++f) {
+    const std::uint64_t found = detail::load_le(params + fields[f].at, fields[f].width);
+    if (found != fields[f].expected) return fail(format_errc::bad_params, fields[f].at, found);
+  }
+  return {};
+}
+
 /// A host message for a failed status: the description plus the numbers involved.
 inline std::string message(const status& s) {
   using ::gradzip::detail::concat;

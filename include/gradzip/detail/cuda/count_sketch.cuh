@@ -65,16 +65,15 @@ __global__ inline void column_sums_kernel(const std::uint32_t* sorted_column, co
 /// Thread 0 of each block parses and checks the sketch; block 0 reports a failure.
 __device__ inline bool parse_table(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t rows,
                                    std::uint64_t columns, std::uint64_t seed, std::uint64_t& table, wire::status* st) {
-  __shared__ bool ok;
   __shared__ std::uint64_t offset;
-  if (threadIdx.x == 0) {
-    wire::header h;
-    wire::status s = wire::parse_header(bytes, size, h);
-    if (s.ok()) s = cs::check_frame(h, bytes, &n, rows, columns, seed, offset);
-    ok = s.ok();
-    if (!ok && st != nullptr && blockIdx.x == 0) record_failure(st, s);
-  }
-  __syncthreads();
+  const bool ok = check_in_block(
+      [&] {
+        wire::header h;
+        wire::status s = wire::parse_header(bytes, size, h);
+        if (s.ok()) s = cs::check_frame(h, bytes, &n, rows, columns, seed, offset);
+        return s;
+      },
+      blockIdx.x == 0 ? st : nullptr);
   table = offset;
   return ok;
 }

@@ -29,21 +29,33 @@ __device__ inline void record_failure(wire::status* st, const wire::status& s) {
   }
 }
 
+/// Thread 0 runs `check` (a wire::status; it may fill shared memory for the block); returns,
+/// to the whole block, whether it passed. A failure is recorded in `st` unless st is null.
+template <class Check>
+__device__ bool check_in_block(Check check, wire::status* st) {
+  __shared__ bool ok;
+  if (threadIdx.x == 0) {
+    const wire::status s = check();
+    ok = s.ok();
+    if (!ok && st != nullptr) record_failure(st, s);
+  }
+  __syncthreads();
+  return ok;
+}
+
 /// Thread 0 parses the payload into shared memory; returns false (for the whole block) on error.
 template <class Codec>
 __device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
                                payload_view& v, wire::status* st, bool report) {
-  __shared__ bool ok;
-  if (threadIdx.x == 0) {
-    wire::status s = Codec::parse(bytes, size, v);
-    if (s.ok() && v.header.element_count != out_size) {
-      s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
-    }
-    ok = s.ok();
-    if (!ok && report) record_failure(st, s);
-  }
-  __syncthreads();
-  return ok;
+  return check_in_block(
+      [&] {
+        wire::status s = Codec::parse(bytes, size, v);
+        if (s.ok() && v.header.element_count != out_size) {
+          s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
+        }
+        return s;
+      },
+      report ? st : nullptr);
 }
 
 /// Shared-memory home of a parsed view (shared variables cannot have constructors).

@@ -96,16 +96,14 @@ __global__ void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base,
 __device__ inline bool parse_frame(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
                                    std::uint32_t block, std::uint32_t bits, std::uint64_t seed, sh::frame& f,
                                    wire::status* st) {
-  __shared__ bool ok;
-  if (threadIdx.x == 0) {
-    wire::header h;
-    wire::status s = wire::parse_header(bytes, size, h);
-    if (s.ok()) s = sh::check_frame(h, bytes, n, type, block, bits, seed, f);
-    ok = s.ok();
-    if (!ok && st != nullptr && blockIdx.x == 0) record_failure(st, s);
-  }
-  __syncthreads();
-  return ok;
+  return check_in_block(
+      [&] {
+        wire::header h;
+        wire::status s = wire::parse_header(bytes, size, h);
+        if (s.ok()) s = sh::check_frame(h, bytes, n, type, block, bits, seed, f);
+        return s;
+      },
+      blockIdx.x == 0 ? st : nullptr);
 }
 
 __device__ inline sh::frame& shared_frame() {

@@ -248,9 +248,9 @@ class simhash {
   /// out <- 0, then decompress_add.
   template <class T>
   void decompress(host& exec, span<const std::byte> payload, span<T> out) const {
-    parse<T>(payload, out.size());  // nothing written before the payload is known to be good
+    const view v = parse<T>(payload, out.size());  // nothing written before it is known good
     std::fill(out.begin(), out.end(), from_double<T>(0.0));
-    decompress_add(exec, payload, out);
+    each_block(exec, out.size(), [&](std::uint64_t b, float* u) { unhash_block(v, b, u, out, 1.0f); });
   }
 
   /// out <- out + alpha x^, after validating the whole payload (nothing is written on error).

@@ -2,6 +2,7 @@
 // input_GBps counts rows x n x 4 bytes, so "roofline" is per-row read bandwidth against a
 // memcpy), and the recall of the true top-k (k = n / 1000) after unsketching, for sketches of
 // 1 %, 5 % and 10 % of n cells (columns = cells / 5) on the heavy-tailed synthetic gradient.
+// The median-of-rows estimate of every element (unsketch's first step) from the same sketch.
 // SimHash (B = 1024, m = 32 .. 1024 bits per block) and scaled sign on the same 2^22-element
 // gradient: compress GB/s, payload bits per element and the relative L2 error of one decode,
 // the error-against-bits comparison docs/sketching.md tabulates.
@@ -25,6 +26,21 @@ void BM_count_sketch(benchmark::State& state) {
     benchmark::DoNotOptimize(cs.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(out)));
   });
   state.counters["out_bytes_per_elem"] = static_cast<double>(out.size()) / static_cast<double>(g.size());
+}
+
+/// Every element's median-of-rows estimate from a sketch (unsketch's first step, and each
+/// FetchSGD step's): input GB/s counts the n estimates written (4 bytes each) once.
+void BM_count_sketch_estimate(benchmark::State& state) {
+  gradzip::host exec;
+  const auto& g = gradzip_bench::gradient(static_cast<std::size_t>(state.range(0)));
+  const gradzip::sketch::count_sketch cs{rows, std::max<std::size_t>(1, g.size() / 100 / rows), 7};
+  std::vector<std::byte> table(cs.payload_bytes(g.size()));
+  cs.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(table));
+  std::vector<float> estimates(g.size());
+  gradzip_bench::run_timed(state, exec, g.size() * sizeof(float), [&] {
+    cs.estimate(exec, gradzip::span<const std::byte>(table), gradzip::span<float>(estimates));
+    benchmark::DoNotOptimize(estimates.data());
+  });
 }
 
 /// Recall of the true top-k among the unsketched top-k, for a sketch of `percent` % of n cells.
@@ -93,6 +109,7 @@ void BM_scaled_sign(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_count_sketch)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_count_sketch_estimate)->Apply(gradzip_bench::size_axis)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_count_sketch_recall)->Arg(1)->Arg(5)->Arg(10)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_simhash)->RangeMultiplier(2)->Range(32, 1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_scaled_sign)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -41,6 +41,7 @@
 #include "gradzip/codec.hpp"
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/host/hash_avx2.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/random/hash.hpp"
 #include "gradzip/wire/reader.hpp"
@@ -81,6 +82,12 @@ class count_sketch {
     return hash_to_range(hash, columns);
   }
   GRADZIP_HOST_DEVICE static float sign_of(std::uint64_t hash) { return (hash & 1) != 0 ? -1.0f : 1.0f; }
+  /// sign_of(hash) * v as a flip of v's sign bit: compilers turn a multiply by +-1 into a branch
+  /// between two constants, which mispredicts on every other element. Every executor uses it.
+  GRADZIP_HOST_DEVICE static float apply_sign(float v, std::uint64_t hash) {
+    const auto bits = gradzip::detail::bit_cast<std::uint32_t>(v) ^ (static_cast<std::uint32_t>(hash & 1) << 31);
+    return gradzip::detail::bit_cast<float>(bits);
+  }
 
   /// The payload layout for a sketch of n elements (its size does not depend on n).
   GRADZIP_HOST_DEVICE static wire::payload_layout layout_for(std::uint32_t rows, std::uint64_t columns) {
@@ -175,11 +182,13 @@ class count_sketch {
     const std::size_t chunks = gradzip::detail::chunk_count(exec, n);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(n, chunks, c);
+      std::uint64_t i = r.begin;
+      for (; i + estimate_lanes <= r.end; i += estimate_lanes) estimate_lanes_at(v.table, i, estimates.data() + i);
       float row_values[max_rows];
-      for (std::uint64_t i = r.begin; i < r.end; ++i) {
+      for (; i < r.end; ++i) {
         for (std::uint32_t row = 0; row < rows_; ++row) {
           const std::uint64_t h = hash_of(seed_, row, i);
-          row_values[row] = sign_of(h) * load_cell(v.table, row * columns_ + bucket_of(h, columns_));
+          row_values[row] = apply_sign(load_cell(v.table, row * columns_ + bucket_of(h, columns_)), h);
         }
         estimates[i] = from_double<T>(median(row_values, rows_));
       }
@@ -221,20 +230,25 @@ class count_sketch {
     return top.compress(exec, span<const float>(estimates, v.n), out);
   }
 
-  /// Median of r values (the mean of the two middle ones for even r); reorders v. Shared by
-  /// every executor.
+  /// Median of r values (the mean of the two middle ones for even r); sorts v. An odd-even
+  /// transposition network of branch-free compare-exchanges, shared by every executor: a
+  /// branchy sort mispredicts on every other comparison (an insertion sort made `estimate` cost
+  /// 53 ns per element at r = 5), and the fixed sequence of selects gives the same result on
+  /// the host, its vector lanes and the device, NaN included.
   GRADZIP_HOST_DEVICE static float median(float* v, std::uint32_t r) {
-    if (r == 3) {  // the common case, branch-free: max(min(a, b), min(max(a, b), c))
-      const float lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-      const float mid = hi < v[2] ? hi : v[2];
-      return lo < mid ? mid : lo;
+    for (std::uint32_t pass = 0; pass < r; ++pass) {
+      for (std::uint32_t j = pass & 1; j + 1 < r; j += 2) compare_exchange(v[j], v[j + 1]);
     }
-    for (std::uint32_t a = 1; a < r; ++a) {  // insertion sort: r <= 31, and a call to std::sort
-      const float key = v[a];                 // costs more than the sort itself
-      std::uint32_t b = a;
-      for (; b > 0 && v[b - 1] > key; --b) v[b] = v[b - 1];
-      v[b] = key;
-    }
+    return median_of_sorted(v, r);
+  }
+  /// (a, b) <- (min, max) by one comparison, so that a NaN leaves the pair as it was.
+  GRADZIP_HOST_DEVICE static void compare_exchange(float& a, float& b) {
+    const bool swap = b < a;
+    const float low = swap ? b : a, high = swap ? a : b;
+    a = low;
+    b = high;
+  }
+  GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t r) {
     return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
   }
 
@@ -263,25 +277,90 @@ class count_sketch {
       for (std::uint32_t row = static_cast<std::uint32_t>(t); row < rows_; row += static_cast<std::uint32_t>(threads)) {
         float* cells = scratch + t * columns_;
         std::fill(cells, cells + columns_, 0.0f);
-        const T* data = x.data();
-        const std::uint64_t row_seed = hash64(seed_, row);
-        for (std::uint64_t i = 0; i < x.size(); ++i) {
-          const std::uint64_t h = hash64(row_seed, i);
-          // s * v as a flip of v's sign bit: the compiler turns a multiply by +-1 into a branch
-          // between add and subtract, which mispredicts on every other element.
-          std::uint32_t bits;
-          const float v = static_cast<float>(to_float(data[i]));
-          std::memcpy(&bits, &v, 4);
-          bits ^= static_cast<std::uint32_t>(h & 1) << 31;
-          float signed_v;
-          std::memcpy(&signed_v, &bits, 4);
-          cells[bucket_of(h, columns_)] += signed_v;
-        }
+        add_row(x.data(), x.size(), hash64(seed_, row), cells);
         std::memcpy(table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float), cells, columns_ * sizeof(float));
       }
     });
   }
 
+
+  /// cells[h(i)] += s(i) x_i for i = 0, 1, ..., n - 1 of one row (hashed four indices per
+  /// vector under AVX2, the same buckets and signs).
+  template <class T>
+  void add_row(const T* data, std::uint64_t n, std::uint64_t row_seed, float* cells) const {
+    std::uint64_t i = 0;
+#if defined(__AVX2__)
+    if (columns_ < (std::uint64_t{1} << 32)) {
+      const gradzip::detail::hash64_avx2 hasher(row_seed, columns_);
+      __m256i index = _mm256_setr_epi64x(0, 1, 2, 3);
+      const __m256i four = _mm256_set1_epi64x(4);
+      alignas(32) std::uint64_t hashes[8], buckets[8];
+      for (; i + 8 <= n; i += 8) {
+        const __m256i h0 = hasher.hash(index);
+        index = _mm256_add_epi64(index, four);
+        const __m256i h1 = hasher.hash(index);
+        index = _mm256_add_epi64(index, four);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(hashes), h0);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
+        for (int l = 0; l < 8; ++l) cells[buckets[l]] += apply_sign(static_cast<float>(to_float(data[i + l])), hashes[l]);
+      }
+    }
+#endif
+    for (; i < n; ++i) {
+      const std::uint64_t h = hash64(row_seed, i);
+      cells[bucket_of(h, columns_)] += apply_sign(static_cast<float>(to_float(data[i])), h);
+    }
+  }
+
+  static constexpr int estimate_lanes = 8;
+
+  /// Estimates of elements first .. first + 7: each row's eight cells side by side, then
+  /// `median`'s network over the rows lane by lane (the compiler vectorizes it across lanes).
+  template <class T>
+  void estimate_lanes_at(const std::uint8_t* table, std::uint64_t first, T* out) const {
+    float values[max_rows][estimate_lanes];
+    for (std::uint32_t row = 0; row < rows_; ++row) {
+      const std::uint64_t row_seed = hash64(seed_, row);
+      const std::uint8_t* cells = table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float);
+      std::uint64_t hashes[estimate_lanes], buckets[estimate_lanes];
+      hash_lanes(row_seed, first, hashes, buckets);
+      for (int l = 0; l < estimate_lanes; ++l) values[row][l] = apply_sign(load_cell(cells, buckets[l]), hashes[l]);
+    }
+    for (std::uint32_t pass = 0; pass < rows_; ++pass) {
+      for (std::uint32_t j = pass & 1; j + 1 < rows_; j += 2) {
+        for (int l = 0; l < estimate_lanes; ++l) compare_exchange(values[j][l], values[j + 1][l]);
+      }
+    }
+    for (int l = 0; l < estimate_lanes; ++l) {
+      float sorted[max_rows];
+      for (std::uint32_t row = 0; row < rows_; ++row) sorted[row] = values[row][l];
+      out[l] = from_double<T>(median_of_sorted(sorted, rows_));
+    }
+  }
+
+  /// The hashes and buckets of elements first .. first + 7 in one row.
+  void hash_lanes(std::uint64_t row_seed, std::uint64_t first, std::uint64_t* hashes, std::uint64_t* buckets) const {
+#if defined(__AVX2__)
+    if (columns_ < (std::uint64_t{1} << 32)) {
+      const gradzip::detail::hash64_avx2 hasher(row_seed, columns_);
+      const auto start = static_cast<long long>(first);
+      const __m256i low = _mm256_setr_epi64x(start, start + 1, start + 2, start + 3);
+      const __m256i high = _mm256_add_epi64(low, _mm256_set1_epi64x(4));
+      const __m256i h0 = hasher.hash(low), h1 = hasher.hash(high);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hashes), h0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
+      return;
+    }
+#endif
+    for (int l = 0; l < estimate_lanes; ++l) {
+      hashes[l] = hash64(row_seed, first + static_cast<std::uint64_t>(l));
+      buckets[l] = bucket_of(hashes[l], columns_);
+    }
+  }
 
   std::uint32_t rows_;
   std::uint64_t columns_;

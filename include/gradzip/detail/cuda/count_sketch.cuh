@@ -31,9 +31,8 @@ __global__ void column_and_value_kernel(const T* x, std::uint64_t n, std::uint64
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const std::uint64_t h = hash64(row_seed, i);
-    const float v = static_cast<float>(to_float(x[i]));
     column[i] = static_cast<std::uint32_t>(cs::bucket_of(h, columns));
-    value[i] = bit_cast<float>(bit_cast<std::uint32_t>(v) ^ (static_cast<std::uint32_t>(h & 1) << 31));
+    value[i] = cs::apply_sign(static_cast<float>(to_float(x[i])), h);
   }
 }
 
@@ -96,7 +95,7 @@ __global__ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T
     float row_values[cs::max_rows];
     for (std::uint32_t r = 0; r < rows; ++r) {
       const std::uint64_t h = cs::hash_of(seed, r, i);
-      row_values[r] = cs::sign_of(h) * cells[r * columns + cs::bucket_of(h, columns)];
+      row_values[r] = cs::apply_sign(cells[r * columns + cs::bucket_of(h, columns)], h);
     }
     out[i] = from_double<T>(cs::median(row_values, rows));
   }

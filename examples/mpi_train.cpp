@@ -181,7 +181,7 @@ std::unique_ptr<reducer> make(gz::host& exec, Codec c, int ranks, bool feedback)
 struct fetchsgd_reducer final : reducer {
   float rho;
   gz::sketch::count_sketch cs;
-  gz::sketch::fetchsgd fs;
+  gz::sketch::fetchsgd<> fs;
   gz::codec<gz::sparsify::topk> top;
   std::vector<std::byte> table, delta;
   int ranks;

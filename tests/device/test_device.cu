@@ -2,6 +2,7 @@
 // every test prints GRADZIP_NO_GPU and returns, and ctest reports it skipped.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <limits>
@@ -42,9 +43,10 @@ struct device_vector {
     GRADZIP_CUDA_TRY(cudaMemcpy(data, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
   ~device_vector() { cudaFree(data); }
-  std::vector<T> download() const {
-    std::vector<T> h(size);
-    GRADZIP_CUDA_TRY(cudaMemcpy(h.data(), data, size * sizeof(T), cudaMemcpyDeviceToHost));
+  /// The first `count` elements (all of them by default).
+  std::vector<T> download(std::size_t count = static_cast<std::size_t>(-1)) const {
+    std::vector<T> h(std::min(count, size));
+    GRADZIP_CUDA_TRY(cudaMemcpy(h.data(), data, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
   gz::span<T> view() const { return gz::span<T>(data, size); }
@@ -555,6 +557,87 @@ TEST_CASE("cuda count sketch equals the host's bytes and estimates alike", "[gpu
   gz::sketch::count_sketch{3, 100, 2}.estimate(dev, gz::span<const std::byte>(dt.data, table.size()), est.view());
   CHECK_THROWS_AS(dev.check(), gz::format_error);
   CHECK(est.download() == std::vector<float>(10, 7.0f));
+}
+
+TEST_CASE("cuda count sketch merge and unsketch equal the host's", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const gz::sketch::count_sketch cs{5, 3000, 8};
+  const std::size_t n = 100003;
+  const auto sketch_of = [&](std::uint32_t seed) {
+    std::vector<std::byte> t(cs.payload_bytes(n));
+    const auto x = gradzip_tools::synthetic_gradient<float>(n, seed);
+    cs.compress(host, gz::span<const float>(x), gz::span<std::byte>(t));
+    return t;
+  };
+  auto expected = sketch_of(1);
+  const auto other = sketch_of(2);
+  device_vector<std::byte> into(expected), from(other);
+  cs.merge(host, gz::span<std::byte>(expected), gz::span<const std::byte>(other));
+  cs.merge(dev, into.view(), gz::span<const std::byte>(from.data, from.size));
+  dev.check();
+  CHECK(into.download() == expected);
+  for (std::uint64_t k : {std::uint64_t{1}, std::uint64_t{100}, std::uint64_t{5000}}) {
+    std::vector<std::byte> want(cs.max_unsketch_bytes(n, k));
+    want.resize(cs.unsketch(host, gz::span<const std::byte>(expected), k, gz::span<std::byte>(want)));
+    device_vector<std::byte> got(cs.max_unsketch_bytes(n, k));
+    const std::size_t bytes = cs.unsketch(dev, gz::span<const std::byte>(into.data, into.size), n, k, got.view());
+    dev.check();
+    INFO("k = " << k);
+    CHECK(got.download(bytes) == want);
+  }
+  // A sketch of another n is refused and `into` is left as it was.
+  std::vector<std::byte> shorter(cs.payload_bytes(n - 1));
+  const std::vector<float> ones(n - 1, 1.0f);
+  cs.compress(host, gz::span<const float>(ones), gz::span<std::byte>(shorter));
+  device_vector<std::byte> bad(shorter);
+  cs.merge(dev, into.view(), gz::span<const std::byte>(bad.data, bad.size));
+  CHECK_THROWS_AS(dev.check(), gz::format_error);
+  CHECK(into.download() == expected);
+  // unsketch checks n against the payload's.
+  device_vector<std::byte> top(cs.max_unsketch_bytes(n + 1, 10));
+  cs.unsketch(dev, gz::span<const std::byte>(into.data, into.size), n + 1, 10, top.view());
+  CHECK_THROWS_AS(dev.check(), gz::format_error);
+}
+
+TEST_CASE("cuda fetchsgd steps, saves and restores equal the host's", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const gz::sketch::count_sketch cs{5, 2000, 17};
+  const std::uint64_t n = 20000, k = 200;
+  gz::sketch::fetchsgd on_host{cs, n, k, 0.9f};
+  gz::sketch::fetchsgd on_device{dev, cs, n, k, 0.9f};
+  const auto step_both = [&](int step) {
+    std::vector<std::byte> summed(cs.payload_bytes(n));
+    const auto x = gradzip_tools::synthetic_gradient<float>(n, 200 + step);
+    cs.compress(host, gz::span<const float>(x), gz::span<std::byte>(summed));
+    std::vector<std::byte> want(on_host.max_update_bytes());
+    want.resize(on_host.step(host, gz::span<const std::byte>(summed), gz::span<std::byte>(want), 0.5f, 0.1f));
+    device_vector<std::byte> ds(summed), got(on_device.max_update_bytes());
+    const std::size_t bytes = on_device.step(dev, gz::span<const std::byte>(ds.data, ds.size), got.view(), 0.5f, 0.1f);
+    dev.check();
+    INFO("step " << step);
+    CHECK(got.download(bytes) == want);
+    CHECK(on_device.save(dev) == on_host.save(host));
+  };
+  for (int step = 0; step < 4; ++step) step_both(step);
+  // Restore the host's state on a fresh device wrapper and continue in step.
+  gz::sketch::fetchsgd restored{dev, cs, n, k, 0.9f};
+  const auto state = on_host.save(host);
+  restored.restore(dev, gz::span<const std::byte>(state));
+  CHECK(restored.save(dev) == state);
+  // A summed sketch of another configuration changes nothing on the device.
+  const auto before = on_device.save(dev);
+  const gz::sketch::count_sketch other{5, 2000, 18};
+  std::vector<std::byte> wrong(other.payload_bytes(n));
+  const std::vector<float> ones(n, 1.0f);
+  other.compress(host, gz::span<const float>(ones), gz::span<std::byte>(wrong));
+  device_vector<std::byte> dw(wrong), out(on_device.max_update_bytes());
+  on_device.step(dev, gz::span<const std::byte>(dw.data, dw.size), out.view());
+  CHECK_THROWS_AS(dev.check(), gz::format_error);
+  CHECK(on_device.save(dev) == before);
 }
 
 TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]") {

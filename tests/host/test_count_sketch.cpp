@@ -162,6 +162,10 @@ TEST_CASE("count sketch rejects malformed and mismatched sketches", "[count_sket
   auto into = good;
   const auto longer = sketch_of(cs, std::vector<float>(501));
   CHECK_THROWS_AS(cs.merge(exec, span<std::byte>(into), span<const std::byte>(longer)), format_error);
+  std::vector<std::byte> top(cs.max_unsketch_bytes(501, 5));
+  CHECK_THROWS_AS(cs.unsketch(exec, span<const std::byte>(good), 501, 5, span<std::byte>(top)), format_error);
+  CHECK(cs.unsketch(exec, span<const std::byte>(good), 500, 5, span<std::byte>(top)) ==
+        cs.unsketch(exec, span<const std::byte>(good), 5, span<std::byte>(top)));
   CHECK_THROWS_AS((sketch::count_sketch{0, 10, 1}), invalid_argument);
   CHECK_THROWS_AS((sketch::count_sketch{3, 0, 1}), invalid_argument);
 }

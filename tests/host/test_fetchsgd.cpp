@@ -37,8 +37,8 @@ struct reference {
 
   std::vector<std::byte> step(const std::vector<float>& summed, float scale, float lr) {
     for (std::size_t j = 0; j < su.size(); ++j) {
-      su[j] = rho * su[j] + scale * summed[j];
-      se[j] = se[j] + lr * su[j];
+      su[j] = std::fmaf(rho, su[j], scale * summed[j]);
+      se[j] = std::fmaf(lr, su[j], se[j]);
     }
     std::vector<float> estimates(n);
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -64,7 +64,7 @@ struct reference {
   }
 };
 
-std::vector<std::byte> run_step(sketch::fetchsgd& fs, const std::vector<std::byte>& summed, float scale, float lr) {
+std::vector<std::byte> run_step(sketch::fetchsgd<>& fs, const std::vector<std::byte>& summed, float scale, float lr) {
   host exec;
   std::vector<std::byte> delta(fs.max_update_bytes());
   delta.resize(fs.step(exec, span<const std::byte>(summed), span<std::byte>(delta), scale, lr));

@@ -195,3 +195,4 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/simhash.cuh"
 #include "gradzip/detail/cuda/hadamard.cuh"
 #include "gradzip/detail/cuda/count_sketch.cuh"
+#include "gradzip/detail/cuda/fetchsgd.cuh"

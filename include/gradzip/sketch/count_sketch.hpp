@@ -19,9 +19,9 @@
  * the thread count.
  *
  * Payload: codec id 00 06 00 00; params (u32 rows, u32 0, u64 columns, u64 seed), then the table
- * as rows x columns fp32, row-major. The header's element count is n. Host executor; on CUDA
- * `compress` and `estimate` (detail/cuda/count_sketch.cuh: a stable sort by column instead of
- * float atomics, the host's bytes).
+ * as rows x columns fp32, row-major. The header's element count is n. Host executor, and on
+ * CUDA `compress`, `merge`, `estimate` and `unsketch` (detail/cuda/count_sketch.cuh: a stable
+ * sort by column instead of float atomics, the host's bytes).
  *
  * @code
  * gradzip::sketch::count_sketch cs{5, n / 100, seed};
@@ -146,6 +146,17 @@ class count_sketch {
   void estimate(Exec& exec, span<const std::byte> sketch, span<T> estimates) const {
     gradzip::detail::count_sketch_backend<Exec>::estimate(*this, exec, sketch, estimates);
   }
+  template <class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  void merge(Exec& exec, span<std::byte> into, span<const std::byte> other) const {
+    gradzip::detail::count_sketch_backend<Exec>::merge(*this, exec, into, other);
+  }
+  /// On another executor n is an argument (the payload's copy lives in device memory) and is
+  /// checked against the payload's on the device.
+  template <class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
+  std::size_t unsketch(Exec& exec, span<const std::byte> sketch, std::uint64_t n, std::uint64_t k,
+                       span<std::byte> out) const {
+    return gradzip::detail::count_sketch_backend<Exec>::unsketch(*this, exec, sketch, n, k, out);
+  }
 
   /// Sketches x into `out` (payload_bytes bytes); returns the payload's size.
   template <class T>
@@ -221,13 +232,18 @@ class count_sketch {
   /// The k heavy hitters: the k largest |estimates| (top-k's rules) as a codec<sparsify::topk>
   /// payload of estimated values; returns its size. Scratch: n floats in `exec`.
   std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t k, span<std::byte> out) const {
-    const view v = parse(sketch, nullptr);
+    return unsketch(exec, sketch, parse(sketch, nullptr).n, k, out);
+  }
+  /// The same for a sketch that must be of n elements (the form every executor has).
+  std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t n, std::uint64_t k,
+                       span<std::byte> out) const {
+    parse(sketch, &n);
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
-    const std::size_t at = (top.workspace_bytes<float>(exec, v.n) + 255) / 256 * 256;
-    auto* estimates = reinterpret_cast<float*>(exec.scratch(at + v.n * sizeof(float)) + at);
-    estimate(exec, sketch, span<float>(estimates, v.n));
-    return top.compress(exec, span<const float>(estimates, v.n), out);
+    const std::size_t at = (top.workspace_bytes<float>(exec, n) + 255) / 256 * 256;
+    auto* estimates = reinterpret_cast<float*>(exec.scratch(at + n * sizeof(float)) + at);
+    estimate(exec, sketch, span<float>(estimates, n));
+    return top.compress(exec, span<const float>(estimates, n), out);
   }
 
   /// Median of r values (the mean of the two middle ones for even r); sorts v. An odd-even

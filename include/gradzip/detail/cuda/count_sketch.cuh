@@ -61,18 +61,28 @@ __global__ inline void column_sums_kernel(const std::uint32_t* sorted_column, co
   }
 }
 
-/// Thread 0 of each block parses and checks the sketch; block 0 reports a failure.
+/// Parses and checks a sketch of (rows, columns, seed) and, unless `n` is null, n elements;
+/// `table` receives the table's offset and `count` the element count.
+__device__ inline wire::status check_sketch(const std::uint8_t* bytes, std::uint64_t size, const std::uint64_t* n,
+                                            std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
+                                            std::uint64_t& table, std::uint64_t& count) {
+  wire::header h;
+  wire::status s = wire::parse_header(bytes, size, h);
+  if (s.ok()) s = cs::check_frame(h, bytes, n, rows, columns, seed, table);
+  count = h.element_count;
+  return s;
+}
+
+/// Thread 0 of each block parses and checks the sketch; failures go to `st` unless it is null.
 __device__ inline bool parse_table(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t rows,
                                    std::uint64_t columns, std::uint64_t seed, std::uint64_t& table, wire::status* st) {
   __shared__ std::uint64_t offset;
   const bool ok = check_in_block(
       [&] {
-        wire::header h;
-        wire::status s = wire::parse_header(bytes, size, h);
-        if (s.ok()) s = cs::check_frame(h, bytes, &n, rows, columns, seed, offset);
-        return s;
+        std::uint64_t count = 0;
+        return check_sketch(bytes, size, &n, rows, columns, seed, offset, count);
       },
-      blockIdx.x == 0 ? st : nullptr);
+      st);
   table = offset;
   return ok;
 }
@@ -81,6 +91,47 @@ __global__ inline void validate_kernel(const std::uint8_t* bytes, std::uint64_t 
                                        std::uint64_t columns, std::uint64_t seed, wire::status* st) {
   std::uint64_t table = 0;
   parse_table(bytes, size, n, rows, columns, seed, table, st);
+}
+
+/// Both sketches of a merge: this configuration, and the same n (that of `into`).
+__device__ inline bool parse_pair(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+                                  std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
+                                  std::uint64_t& into_table, std::uint64_t& other_table, wire::status* st) {
+  __shared__ std::uint64_t offsets[2];
+  const bool ok = check_in_block(
+      [&] {
+        std::uint64_t n = 0, other_n = 0;
+        wire::status s = check_sketch(into, into_size, nullptr, rows, columns, seed, offsets[0], n);
+        if (s.ok()) s = check_sketch(other, other_size, &n, rows, columns, seed, offsets[1], other_n);
+        return s;
+      },
+      st);
+  into_table = offsets[0];
+  other_table = offsets[1];
+  return ok;
+}
+
+__global__ inline void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+                                            std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
+                                            std::uint64_t seed, wire::status* st) {
+  std::uint64_t a = 0, b = 0;
+  parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st);
+}
+
+/// into's table += other's, cell by cell (after validate_pair_kernel; nothing on a failure).
+__global__ inline void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+                                    std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
+                                    const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;
+  std::uint64_t a = 0, b = 0;
+  if (!parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, nullptr)) return;
+  auto* to = reinterpret_cast<float*>(into + a);
+  const auto* from = reinterpret_cast<const float*>(other + b);
+  const std::uint64_t cells = static_cast<std::uint64_t>(rows) * columns;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cells; j += stride) {
+    to[j] += from[j];
+  }
 }
 
 template <class T>
@@ -174,6 +225,32 @@ struct count_sketch_backend<cuda> {
     }
     GRADZIP_CUDA_TRY(cudaGetLastError());
     return l.total_bytes();
+  }
+
+  static void merge(const sketch::count_sketch& s, cuda& exec, span<std::byte> into, span<const std::byte> other) {
+    require_aligned(into.data(), "count_sketch::merge");
+    require_aligned(other.data(), "count_sketch::merge");
+    auto* a = reinterpret_cast<std::uint8_t*>(into.data());
+    const auto* b = reinterpret_cast<const std::uint8_t*>(other.data());
+    count_sketch_device::validate_pair_kernel<<<1, 32, 0, exec.stream()>>>(a, into.size(), b, other.size(), s.rows(),
+                                                                           s.columns(), s.seed(), exec.status_word());
+    const std::uint64_t cells = static_cast<std::uint64_t>(s.rows()) * s.columns();
+    count_sketch_device::merge_kernel<<<grid_for(exec, cells), threads, 0, exec.stream()>>>(
+        a, into.size(), b, other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+  /// estimate into scratch (zeroed first, so a bad sketch gives a well-formed payload of zeros
+  /// beside the status word's failure), then the CUDA top-k of the estimates.
+  static std::size_t unsketch(const sketch::count_sketch& s, cuda& exec, span<const std::byte> sketch, std::uint64_t n,
+                              std::uint64_t k, span<std::byte> out) {
+    const codec<sparsify::topk> top{sparsify::topk::count(k)};
+    // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
+    const std::size_t at = round_up(top.workspace_bytes<float>(exec, n));
+    auto* estimates = reinterpret_cast<float*>(exec.scratch(at + n * sizeof(float)) + at);
+    if (n != 0) GRADZIP_CUDA_TRY(cudaMemsetAsync(estimates, 0, n * sizeof(float), exec.stream()));
+    estimate(s, exec, sketch, span<float>(estimates, n));
+    return top.compress(exec, span<const float>(estimates, n), out);
   }
 
   template <class T>

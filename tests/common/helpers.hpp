@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gradzip/gradzip.hpp"
+#include "gradzip/hash/partition.hpp"
 
 namespace test {
 
@@ -79,5 +80,16 @@ void expect_rejected(const Codec& decoder, gradzip::host& exec, const std::vecto
   }
   CHECK(out == before);
 }
+
+/// Part p's members below n, in increasing order, and every third of them (a result to encode).
+struct part_members {
+  std::vector<std::uint64_t> all, every_third;
+  part_members(const gradzip::hash::partition& zen, std::uint32_t p, std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (zen.part_of(i) == p) all.push_back(i);
+    }
+    for (std::size_t j = 0; j < all.size(); j += 3) every_third.push_back(all[j]);
+  }
+};
 
 }  // namespace test

@@ -640,6 +640,76 @@ TEST_CASE("cuda fetchsgd steps, saves and restores equal the host's", "[gpu]") {
   CHECK(on_device.save(dev) == before);
 }
 
+TEST_CASE("cuda hash partition equals the host's loads, split and hash bitmap", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const std::uint64_t n = 1000000;
+  for (std::uint32_t parts : {1u, 16u, 5000u}) {
+    const gz::hash::partition zen{parts, 3};
+    INFO(parts << " parts");
+    CHECK(zen.loads(dev, n) == zen.loads(n));
+    std::mt19937_64 rng(parts);
+    std::vector<std::uint64_t> sorted{0};  // index 0 is an ordinary index
+    for (std::uint64_t i = 1; i < n; ++i) {
+      if (rng() % 100 == 0) sorted.push_back(i);
+    }
+    for (std::uint64_t capacity : {std::uint64_t{0}, std::uint64_t{3}, std::uint64_t{700}}) {
+      const std::uint64_t overflow = 300;
+      std::vector<std::uint64_t> slots(parts * capacity, 7), counts(parts, 7), spill(overflow, 7);
+      std::vector<std::uint32_t> spill_parts(overflow, 7);
+      device_vector<std::uint64_t> ds(sorted), dslots(slots), dcounts(counts), dspill(spill);
+      device_vector<std::uint32_t> dspill_parts(spill_parts);
+      const auto want = zen.split_fixed(gz::span<const std::uint64_t>(sorted), n, capacity, overflow,
+                                        gz::span<std::uint64_t>(slots), gz::span<std::uint64_t>(counts),
+                                        gz::span<std::uint64_t>(spill), gz::span<std::uint32_t>(spill_parts));
+      const auto got = zen.split_fixed(dev, gz::span<const std::uint64_t>(ds.data, ds.size), n, capacity, overflow,
+                                       dslots.view(), dcounts.view(), dspill.view(), dspill_parts.view());
+      INFO("capacity " << capacity);
+      CHECK(got.overflowed == want.overflowed);
+      CHECK(got.unplaced == want.unplaced);
+      CHECK(dslots.download() == slots);
+      CHECK(dcounts.download() == counts);
+      CHECK(dspill.download() == spill);
+      CHECK(dspill_parts.download() == spill_parts);
+    }
+    // Not increasing: refused as on the host.
+    std::vector<std::uint64_t> unsorted{5, 3};
+    device_vector<std::uint64_t> du(unsorted), dslots(std::size_t{parts}), dcounts(std::size_t{parts}), dspill(std::size_t{1});
+    device_vector<std::uint32_t> dparts(std::size_t{1});
+    CHECK_THROWS_AS(zen.split_fixed(dev, gz::span<const std::uint64_t>(du.data, du.size), n, 1, 1, dslots.view(),
+                                    dcounts.view(), dspill.view(), dparts.view()),
+                    gz::invalid_argument);
+  }
+  const gz::hash::partition zen{8, 11};
+  const std::uint64_t m = 50000;
+  for (std::uint32_t p : {0u, 3u, 7u}) {
+    const test::part_members part(zen, p, m);
+    const auto& members = part.all;
+    const auto& subset = part.every_third;
+    std::vector<std::uint64_t> bits((members.size() + 63) / 64);
+    const std::uint64_t count = zen.encode_bitmap(p, m, gz::span<const std::uint64_t>(subset), gz::span<std::uint64_t>(bits));
+    device_vector<std::uint64_t> dsubset(subset), dbits(std::vector<std::uint64_t>(bits.size(), ~0ull));
+    INFO("part " << p);
+    CHECK(zen.encode_bitmap(dev, p, m, gz::span<const std::uint64_t>(dsubset.data, dsubset.size), dbits.view()) == count);
+    CHECK(dbits.download() == bits);
+    device_vector<std::uint64_t> out(subset.size());
+    CHECK(zen.decode_bitmap(dev, p, m, gz::span<const std::uint64_t>(dbits.data, dbits.size), out.view()) == subset.size());
+    CHECK(out.download() == subset);
+    std::vector<std::uint64_t> padded(bits.size() + 1, 0);
+    padded.back() = 1;  // a member bit beyond the last member
+    device_vector<std::uint64_t> dpadded(padded);
+    CHECK_THROWS_AS(zen.decode_bitmap(dev, p, m, gz::span<const std::uint64_t>(dpadded.data, dpadded.size), out.view()),
+                    gz::format_error);
+    std::vector<std::uint64_t> stranger{members[0] == 0 ? 1u : 0u};
+    if (zen.part_of(stranger[0]) != p) {
+      device_vector<std::uint64_t> dstranger(stranger);
+      CHECK_THROWS_AS(zen.encode_bitmap(dev, p, m, gz::span<const std::uint64_t>(dstranger.data, dstranger.size), dbits.view()),
+                      gz::invalid_argument);
+    }
+  }
+}
+
 TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

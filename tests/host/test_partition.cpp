@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "common/helpers.hpp"
 #include "gradzip/gradzip.hpp"
 #include "gradzip/hash/partition.hpp"
 
@@ -61,12 +62,9 @@ TEST_CASE("the hash bitmap encodes a part's result over its members", "[partitio
   const hash::partition zen{8, 11};
   const std::uint64_t n = 50000;
   for (std::uint32_t p : {0u, 3u, 7u}) {
-    std::vector<std::uint64_t> members;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      if (zen.part_of(i) == p) members.push_back(i);
-    }
-    std::vector<std::uint64_t> subset;
-    for (std::size_t j = 0; j < members.size(); j += 3) subset.push_back(members[j]);
+    const test::part_members part(zen, p, n);
+    const auto& members = part.all;
+    const auto& subset = part.every_third;
     std::vector<std::uint64_t> bits((members.size() + 63) / 64);
     CHECK(zen.encode_bitmap(p, n, span<const std::uint64_t>(subset), span<std::uint64_t>(bits)) == members.size());
     CHECK(zen.decode_bitmap(p, n, span<const std::uint64_t>(bits)) == subset);
@@ -79,4 +77,27 @@ TEST_CASE("the hash bitmap encodes a part's result over its members", "[partitio
     padded.back() = 1;  // a member bit beyond the last member
     CHECK_THROWS_AS(zen.decode_bitmap(p, n, span<const std::uint64_t>(padded)), format_error);
   }
+}
+
+TEST_CASE("partition's executor overloads on the host give the plain functions' results", "[partition]") {
+  const hash::partition zen{8, 11};
+  host exec;
+  const std::uint64_t n = 20000;
+  CHECK(zen.loads(exec, n) == zen.loads(n));
+  const std::vector<std::uint64_t> members = test::part_members(zen, 2, n).all;
+  std::vector<std::uint64_t> bits((members.size() + 63) / 64);
+  CHECK(zen.encode_bitmap(exec, 2, n, span<const std::uint64_t>(members), span<std::uint64_t>(bits)) == members.size());
+  std::vector<std::uint64_t> out(members.size());
+  CHECK(zen.decode_bitmap(exec, 2, n, span<const std::uint64_t>(bits), span<std::uint64_t>(out)) == members.size());
+  CHECK(out == members);
+  std::vector<std::uint64_t> too_small(members.size() - 1);
+  CHECK_THROWS_AS(zen.decode_bitmap(exec, 2, n, span<const std::uint64_t>(bits), span<std::uint64_t>(too_small)),
+                  invalid_argument);
+  // A capacity so large that parts x capacity wraps is refused, not trusted.
+  std::vector<std::uint64_t> slots(8), counts(8), spill(1);
+  std::vector<std::uint32_t> spill_parts(1);
+  CHECK_THROWS_AS(zen.split_fixed(exec, span<const std::uint64_t>(members), n, std::uint64_t{1} << 61, 1,
+                                  span<std::uint64_t>(slots), span<std::uint64_t>(counts), span<std::uint64_t>(spill),
+                                  span<std::uint32_t>(spill_parts)),
+                  invalid_argument);
 }

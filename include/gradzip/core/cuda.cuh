@@ -196,3 +196,4 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/hadamard.cuh"
 #include "gradzip/detail/cuda/count_sketch.cuh"
 #include "gradzip/detail/cuda/fetchsgd.cuh"
+#include "gradzip/detail/cuda/partition.cuh"

@@ -16,7 +16,8 @@
  * each part's indices into `capacity` slots and the excess into one shared overflow area of
  * `overflow` slots; whatever fits in neither is counted and returned (`unplaced`), never dropped
  * silently, and no index value is reserved as a marker (the per-part counts say what is filled).
- * Host executor.
+ * Host, and CUDA through the overloads that take an executor first (detail/cuda/partition.cuh:
+ * the host's results; synchronous, since each returns counts).
  *
  * @code
  * gradzip::hash::partition zen{64, seed};
@@ -28,13 +29,25 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "gradzip/core/config.hpp"
 #include "gradzip/core/error.hpp"
+#include "gradzip/core/executor.hpp"
 #include "gradzip/core/span.hpp"
 #include "gradzip/random/hash.hpp"
 #include "gradzip/wire/errc.hpp"
+
+namespace gradzip::hash {
+class partition;
+}
+
+namespace gradzip::detail {
+/// Executors other than the host's (detail/cuda/partition.cuh for `cuda`).
+template <class Exec>
+struct partition_backend;
+}  // namespace gradzip::detail
 
 namespace gradzip::hash {
 
@@ -74,10 +87,7 @@ class partition {
   [[nodiscard]] split_result split_fixed(span<const std::uint64_t> sorted, std::uint64_t n, std::uint64_t capacity,
                                          std::uint64_t overflow, span<std::uint64_t> slots, span<std::uint64_t> counts,
                                          span<std::uint64_t> spill, span<std::uint32_t> spill_parts) const {
-    GRADZIP_EXPECTS(slots.size() >= parts_ * capacity && counts.size() == parts_, "partition::split_fixed: ",
-                    slots.size(), " slots and ", counts.size(), " counts for ", parts_, " parts of ", capacity);
-    GRADZIP_EXPECTS(spill.size() >= overflow && spill_parts.size() >= overflow,
-                    "partition::split_fixed: the overflow area needs ", overflow, " entries");
+    expect_split_sizes(capacity, overflow, slots, counts, spill, spill_parts);
     for (auto& c : counts) c = 0;
     split_result r;
     std::uint64_t previous = 0;
@@ -120,6 +130,53 @@ class partition {
     return member;
   }
 
+  /// The same operations on an executor: `host` runs the functions above; on CUDA the spans
+  /// are device memory and every call is synchronous. decode_bitmap writes the indices into
+  /// `out` (which must hold them all) and returns their count.
+  template <class Exec>
+  std::vector<std::uint64_t> loads(Exec& exec, std::uint64_t n) const {
+    if constexpr (std::is_same_v<Exec, host>) {
+      return loads(n);
+    } else {
+      return gradzip::detail::partition_backend<Exec>::loads(*this, exec, n);
+    }
+  }
+  template <class Exec>
+  [[nodiscard]] split_result split_fixed(Exec& exec, span<const std::uint64_t> sorted, std::uint64_t n,
+                                         std::uint64_t capacity, std::uint64_t overflow, span<std::uint64_t> slots,
+                                         span<std::uint64_t> counts, span<std::uint64_t> spill,
+                                         span<std::uint32_t> spill_parts) const {
+    if constexpr (std::is_same_v<Exec, host>) {
+      return split_fixed(sorted, n, capacity, overflow, slots, counts, spill, spill_parts);
+    } else {
+      expect_split_sizes(capacity, overflow, slots, counts, spill, spill_parts);
+      return gradzip::detail::partition_backend<Exec>::split_fixed(*this, exec, sorted, n, capacity, overflow, slots,
+                                                                   counts, spill, spill_parts);
+    }
+  }
+  template <class Exec>
+  std::uint64_t encode_bitmap(Exec& exec, std::uint32_t p, std::uint64_t n, span<const std::uint64_t> sorted,
+                              span<std::uint64_t> bits) const {
+    if constexpr (std::is_same_v<Exec, host>) {
+      return encode_bitmap(p, n, sorted, bits);
+    } else {
+      return gradzip::detail::partition_backend<Exec>::encode_bitmap(*this, exec, p, n, sorted, bits);
+    }
+  }
+  template <class Exec>
+  std::uint64_t decode_bitmap(Exec& exec, std::uint32_t p, std::uint64_t n, span<const std::uint64_t> bits,
+                              span<std::uint64_t> out) const {
+    if constexpr (std::is_same_v<Exec, host>) {
+      const std::vector<std::uint64_t> set = decode_bitmap(p, n, bits);
+      GRADZIP_EXPECTS(set.size() <= out.size(), "partition::decode_bitmap: the output holds ", out.size(),
+                      " indices, ", set.size(), " are set");
+      for (std::size_t j = 0; j < set.size(); ++j) out[j] = set[j];
+      return set.size();
+    } else {
+      return gradzip::detail::partition_backend<Exec>::decode_bitmap(*this, exec, p, n, bits, out);
+    }
+  }
+
   /// The members of part p whose bits are set, in increasing order (`bits` from encode_bitmap).
   /// Throws if a bit is set past the part's last member.
   std::vector<std::uint64_t> decode_bitmap(std::uint32_t p, std::uint64_t n, span<const std::uint64_t> bits) const {
@@ -141,6 +198,14 @@ class partition {
   }
 
  private:
+  void expect_split_sizes(std::uint64_t capacity, std::uint64_t overflow, span<std::uint64_t> slots,
+                          span<std::uint64_t> counts, span<std::uint64_t> spill, span<std::uint32_t> spill_parts) const {
+    GRADZIP_EXPECTS(capacity <= slots.size() / parts_ && counts.size() == parts_, "partition::split_fixed: ",
+                    slots.size(), " slots and ", counts.size(), " counts for ", parts_, " parts of ", capacity);
+    GRADZIP_EXPECTS(spill.size() >= overflow && spill_parts.size() >= overflow,
+                    "partition::split_fixed: the overflow area needs ", overflow, " entries");
+  }
+
   std::uint32_t parts_;
   std::uint64_t seed_;
 };

@@ -101,6 +101,11 @@ struct frame_params {
 template <class Exec>
 struct implicit_backend;
 
+/// async_compress_backend<Exec>: codec::compress_async (host below; CUDA in
+/// detail/cuda/compress_async.cuh).
+template <class Exec>
+struct async_compress_backend;
+
 /// Structures whose selected count depends on the data (threshold) set `data_dependent_count`:
 /// the codec asks their backend to `count` before it lays out the payload.
 template <class Structure, class = void>
@@ -305,7 +310,7 @@ class codec {
 
   /// The payload layout for n elements of type `type` with k selected, its indices section
   /// (if any) the largest the indices stage writes (exact but for delta-varint and automatic).
-  static wire::payload_layout layout(element_type type, std::uint64_t n, std::uint64_t k) {
+  GRADZIP_HOST_DEVICE static wire::payload_layout layout(element_type type, std::uint64_t n, std::uint64_t k) {
     if constexpr (has_indices) {
       return layout(type, n, k, encode::max_section_bytes<Indices>(k, n));
     } else {
@@ -314,8 +319,8 @@ class codec {
   }
 
   /// The payload layout with an indices section of `index_bytes` bytes.
-  static wire::payload_layout layout(element_type type, std::uint64_t /*n*/, std::uint64_t k,
-                                     std::uint64_t index_bytes) {
+  GRADZIP_HOST_DEVICE static wire::payload_layout layout(element_type type, std::uint64_t /*n*/, std::uint64_t k,
+                                                         std::uint64_t index_bytes) {
     wire::payload_layout l;
     l.add(wire::tag::params, params_bytes);
     if constexpr (has_indices) l.add(wire::tag::indices, index_bytes);
@@ -387,6 +392,43 @@ class codec {
   std::size_t compress(Exec& exec, span<T> input, span<std::byte> out,
                        quantize::compress_context ctx = {}) const {
     return compress(exec, span<const T>(input), out, ctx);
+  }
+
+  /// Whether compress_async can leave a data-dependent count on the device: the selection
+  /// writes straight into the payload (COO indices) and the values are element-wise.
+  static constexpr bool async_count = data_dependent_count && !staged && !bucketed;
+
+  /**
+   * Compresses like `compress`, but writes the payload's size to `*size` in the executor's
+   * memory (device memory on CUDA) instead of returning it. On CUDA a data-dependent count
+   * (threshold, sampled top-k, hashed top-k) then never reaches the host: the frame is written
+   * on the device from the device's count, and the whole call is stream-ordered with no host
+   * synchronization. `out` must hold max_compressed_bytes<T>(n) bytes. Codecs whose count is
+   * data-independent work too. Not available (a compile-time error) for data-dependent counts
+   * with staged index encodings (delta-varint, automatic) or bucketed values, whose layout is
+   * planned on the host.
+   */
+  template <class Exec, class T>
+  void compress_async(Exec& exec, span<const T> input, span<std::byte> out, std::uint64_t* size,
+                      quantize::compress_context ctx = {}) const {
+    static_assert(!data_dependent_count || async_count,
+                  "compress_async: a data-dependent count needs COO indices and element-wise values "
+                  "(delta-varint, automatic and bucketed stages plan the layout on the host); use compress");
+    GRADZIP_EXPECTS(out.size() >= max_compressed_bytes<T>(input.size()), "compress_async: output buffer holds ",
+                    out.size(), " bytes, the bound is ", max_compressed_bytes<T>(input.size()));
+    detail::async_compress_backend<Exec>::compress(exec, *this, input, out, size, ctx);
+  }
+
+  /// The data-dependent count pass and the selection of compress_async, for its backends.
+  template <class Exec, class T>
+  const std::uint64_t* count_on_device(Exec& exec, span<const T> input) const {
+    exec.scratch(workspace_bytes<T>(exec, input.size()));  // before the pass: growth discards
+    return detail::structure_backend<Exec, Structure>::count_on_device(exec, structure_, input);
+  }
+  template <class Exec, class T, class Sink>
+  void select_into(Exec& exec, span<const T> input, const Sink& sink) const {
+    detail::structure_backend<Exec, Structure>::select(exec, structure_, input, structure_.selected_count(input.size()),
+                                                       sink);
   }
 
   /**
@@ -704,6 +746,15 @@ class codec {
 
 namespace gradzip {
 namespace detail {
+
+template <>
+struct async_compress_backend<host> {
+  template <class Codec, class T>
+  static void compress(host& exec, const Codec& c, span<const T> input, span<std::byte> out, std::uint64_t* size,
+                       quantize::compress_context ctx) {
+    *size = c.compress(exec, input, out, ctx);
+  }
+};
 
 template <>
 struct payload_backend<host> {

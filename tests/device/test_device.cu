@@ -710,6 +710,36 @@ TEST_CASE("cuda hash partition equals the host's loads, split and hash bitmap", 
   }
 }
 
+/// compress_async on the device: the same bytes as the host's compress, and the size left in
+/// device memory.
+template <class Codec>
+void check_async(const std::vector<float>& x, const Codec& c, gz::cuda& dev) {
+  gz::host host;
+  const auto expected = test::compress(c, host, x);
+  device_vector<float> dx(x);
+  device_vector<std::byte> out(c.template max_compressed_bytes<float>(x.size()));
+  device_vector<std::uint64_t> size(std::size_t{1});
+  c.compress_async(dev, gz::span<const float>(dx.data, x.size()), out.view(), size.data);
+  dev.check();
+  const std::uint64_t bytes = size.download()[0];
+  INFO("n = " << x.size());
+  REQUIRE(bytes == expected.size());
+  CHECK(out.download(bytes) == expected);
+}
+
+TEST_CASE("cuda compress_async gives compress's bytes and leaves the size on the device", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3000}, std::size_t{1} << 20}) {
+    const auto x = gradzip_tools::synthetic_gradient<float>(n, 71);
+    check_async(x, gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.5}}, dev);
+    check_async(x, gz::codec<gz::sparsify::threshold, gz::quantize::cast_fp16>{gz::sparsify::threshold{0.1}}, dev);
+    check_async(x, gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::ratio(0.01)}, dev);
+    check_async(x, gz::codec<gz::hash::hashed_topk>{gz::hash::hashed_topk::ratio(0.01)}, dev);
+    check_async(x, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
+  }
+}
+
 TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

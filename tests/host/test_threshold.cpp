@@ -99,3 +99,19 @@ TEST_CASE("threshold refuses an output buffer smaller than the payload it needs"
   CHECK_THROWS_AS(th{sparsify::threshold{0.0}}.compress(exec, span<const float>(x), span<std::byte>(small)),
                   invalid_argument);
 }
+
+TEST_CASE("compress_async on the host writes compress's bytes and size", "[threshold]") {
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(10000, 77);
+  const codec<sparsify::threshold> c{sparsify::threshold{0.5}};
+  const auto expected = test::compress(c, exec, x);
+  std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+  std::uint64_t size = 0;
+  c.compress_async(exec, span<const float>(x), span<std::byte>(out), &size);
+  REQUIRE(size == expected.size());
+  out.resize(size);
+  CHECK(out == expected);
+  // The output must hold the bound, not just this payload.
+  std::vector<std::byte> tight(expected.size());
+  CHECK_THROWS_AS(c.compress_async(exec, span<const float>(x), span<std::byte>(tight), &size), invalid_argument);
+}

@@ -197,3 +197,4 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/count_sketch.cuh"
 #include "gradzip/detail/cuda/fetchsgd.cuh"
 #include "gradzip/detail/cuda/partition.cuh"
+#include "gradzip/detail/cuda/compress_async.cuh"

@@ -65,10 +65,16 @@ struct structure_backend<cuda, hash::hashed_topk> {
 
   template <class T>
   static std::uint64_t count(cuda& exec, const hash::hashed_topk& s, span<const T> x) {
+    return inner::copy_count(exec, count_on_device(exec, s, x));
+  }
+
+  /// The sample, the slots and the count, all on the device; the count stays there.
+  template <class T>
+  static const std::uint64_t* count_on_device(cuda& exec, const hash::hashed_topk& s, span<const T> x) {
     const std::uint64_t n = x.size();
     GRADZIP_EXPECTS(n <= hash::hashed_topk::max_elements, "hashed_topk: n = ", n, " exceeds 2^33 - 1");
     const std::uint64_t k = s.target_count(n), m = s.slots(n);
-    if (k == 0 || m == 0) return 0;
+    if (k == 0 || m == 0) return inner::zero_count<T>(exec, n);
     const layout l = layout_of<T>(exec, s, n);
     std::byte* scratch = exec.scratch(l.sort_temp + l.sort_temp_bytes);
     auto* tau = reinterpret_cast<std::uint32_t*>(scratch + l.tau);
@@ -86,7 +92,7 @@ struct structure_backend<cuda, hash::hashed_topk> {
     GRADZIP_CUDA_TRY(cudaMemsetAsync(slots, 0, m * sizeof(unsigned long long), stream));
     hashed_slots_kernel<<<grid_for(exec, n), 256, 0, stream>>>(x.data(), n, tau, m, s.seed(), slots);
     GRADZIP_CUDA_TRY(cudaGetLastError());
-    return inner::count_with(exec, x, winners(s, scratch, l, n));
+    return inner::count_on_device_with(exec, x, winners(s, scratch, l, n));
   }
 
   template <class T, class Sink>

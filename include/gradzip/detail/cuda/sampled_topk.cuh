@@ -79,9 +79,15 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
 
   template <class T>
   static std::uint64_t count(cuda& exec, const sparsify::sampled_topk& s, span<const T> x) {
+    return inner::copy_count(exec, count_on_device(exec, s, x));
+  }
+
+  /// The threshold search and the count, all on the device; the count stays there.
+  template <class T>
+  static const std::uint64_t* count_on_device(cuda& exec, const sparsify::sampled_topk& s, span<const T> x) {
     const std::uint64_t n = x.size();
     const std::uint64_t k = s.target_count(n);
-    if (k == 0) return 0;
+    if (k == 0) return inner::zero_count<T>(exec, n);
     const layout l = layout_of<T>(exec, n);
     std::byte* scratch = exec.scratch(l.sort_temp + l.sort_temp_bytes);
     auto* state = reinterpret_cast<sampled_search*>(scratch + l.state);
@@ -104,7 +110,7 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
       search_decide_kernel<<<1, 256, 0, stream>>>(state, hist, k, cap);
       GRADZIP_CUDA_TRY(cudaGetLastError());
     }
-    return inner::count_with(exec, x, threshold_of(state));
+    return inner::count_on_device_with(exec, x, threshold_of(state));
   }
 
   template <class T, class Sink>

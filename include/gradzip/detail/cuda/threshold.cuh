@@ -76,8 +76,14 @@ struct structure_backend<cuda, sparsify::threshold> {
 
   template <class T>
   static std::uint64_t count(cuda& exec, const sparsify::threshold& s, span<const T> x) {
-    std::uint64_t k = 0;
-    s.template visit_tau<T>([&](auto t) { k = count_with(exec, x, t); });
+    return copy_count(exec, count_on_device(exec, s, x));
+  }
+
+  /// The count left in device memory (codec::compress_async's path: no host synchronization).
+  template <class T>
+  static const std::uint64_t* count_on_device(cuda& exec, const sparsify::threshold& s, span<const T> x) {
+    const std::uint64_t* k = nullptr;
+    s.template visit_tau<T>([&](auto t) { k = count_on_device_with(exec, x, t); });
     return k;
   }
 
@@ -88,9 +94,9 @@ struct structure_backend<cuda, sparsify::threshold> {
   }
 
   /// The count pass for any threshold `t` that sparsify::detail::passes accepts (a value, or a
-  /// threshold in device memory); one copy of the count to the host.
+  /// threshold in device memory), its total left in scratch (device memory).
   template <class T, class Tau>
-  static std::uint64_t count_with(cuda& exec, span<const T> x, Tau t) {
+  static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
     const std::uint64_t tiles = threshold_tiles::count(x.size());
     auto* counts = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size())));
     std::uint64_t* offsets = counts + tiles;
@@ -103,13 +109,27 @@ struct structure_backend<cuda, sparsify::threshold> {
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, tiles, exec.stream()));
     threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(offsets, counts, tiles, total);
     GRADZIP_CUDA_TRY(cudaGetLastError());
+    return total;
+  }
+
+  /// A count of zero in the same place, for stages that select nothing without a pass.
+  template <class T>
+  static const std::uint64_t* zero_count(cuda& exec, std::size_t n) {
+    const std::uint64_t tiles = threshold_tiles::count(n);
+    std::uint64_t* total = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, n))) + 2 * tiles;
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(total, 0, sizeof(std::uint64_t), exec.stream()));
+    return total;
+  }
+
+  /// Copies a device count to the host: the one synchronization of a data-dependent compress.
+  static std::uint64_t copy_count(cuda& exec, const std::uint64_t* count) {
     std::uint64_t k = 0;
-    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&k, total, sizeof k, cudaMemcpyDeviceToHost, exec.stream()));
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&k, count, sizeof k, cudaMemcpyDeviceToHost, exec.stream()));
     exec.synchronize();  // the payload's layout depends on k
     return k;
   }
 
-  /// The emit pass after count_with(t), with the same t.
+  /// The emit pass after count_on_device_with(t), with the same t.
   template <class T, class Tau, class Sink>
   static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;

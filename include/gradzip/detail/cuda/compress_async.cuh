@@ -1,0 +1,66 @@
+// async_compress_backend<cuda>: codec::compress_async on a stream, with no host synchronization.
+//
+// `compress` needs a data-dependent count k on the host for one reason: the payload's layout
+// (where each section starts) depends on k, and the selection writes into those sections. Here
+// the count stays in device memory. One single-thread kernel reads it and computes the layout
+// with the same HOST_DEVICE function the host uses. It then writes three things: the frame,
+// the payload's size, and the selection's sink (its section pointers), the last into scratch.
+// The selection kernels read that sink through a pointer. The bytes are compress's bytes. The
+// cost is one more launch, and a sink read per kept element, which the L1 serves.
+#pragma once
+
+#include "gradzip/codec.hpp"
+
+namespace gradzip::detail {
+
+/// A sink whose section pointers are written on the device before the selection runs.
+template <class Sink>
+struct deferred_sink {
+  const Sink* sink;
+  template <class V>
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, V value) const {
+    (*sink)(pos, index, value);
+  }
+};
+
+template <class Codec, class Sink>
+__global__ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n, const std::uint64_t* count,
+                                      Sink* sink, std::uint64_t* size) {
+  const std::uint64_t k = *count;
+  const wire::payload_layout l = Codec::layout(type, n, k);
+  Codec::write_frame(out, l, type, n, k, frame_params{});
+  *sink = Sink{Codec::has_indices ? out + l.at(1).offset : nullptr, Codec::index_width(n),
+               out + l.at(Codec::section_count - 1).offset};
+  *size = l.total_bytes();
+}
+
+__global__ inline void store_size_kernel(std::uint64_t* size, std::uint64_t bytes) { *size = bytes; }
+
+template <>
+struct async_compress_backend<cuda> {
+  template <class Codec, class T>
+  static void compress(cuda& exec, const Codec& c, span<const T> input, span<std::byte> out, std::uint64_t* size,
+                       quantize::compress_context ctx) {
+    if constexpr (!Codec::data_dependent_count) {
+      // The layout is known on the host: compress itself does not synchronize.
+      const std::uint64_t bytes = c.compress(exec, input, out, ctx);
+      store_size_kernel<<<1, 1, 0, exec.stream()>>>(size, bytes);
+    } else {
+      using sink_type = payload_sink<T, typename Codec::values_type, typename Codec::indices_type>;
+      require_aligned(out.data(), "compress_async");
+      const std::uint64_t n = input.size();
+      // The sink lives after the structure's scratch; reserve both first (growth discards).
+      const std::size_t at = (c.template workspace_bytes<T>(exec, n) + 255) / 256 * 256;
+      exec.scratch(at + sizeof(sink_type));
+      const std::uint64_t* k = c.count_on_device(exec, input);
+      auto* sink = reinterpret_cast<sink_type*>(exec.scratch(at + sizeof(sink_type)) + at);
+      deferred_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(reinterpret_cast<std::uint8_t*>(out.data()),
+                                                               element_traits<T>::type, n, k, sink, size);
+      GRADZIP_CUDA_TRY(cudaGetLastError());
+      c.select_into(exec, input, deferred_sink<sink_type>{sink});
+    }
+    GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+};
+
+}  // namespace gradzip::detail

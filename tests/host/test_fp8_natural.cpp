@@ -236,3 +236,31 @@ TEST_CASE("malformed natural payloads are rejected with precise errors", "[natur
   wire::detail::store_le(reinterpret_cast<std::uint8_t*>(q.data()) + 48 + 48 + 16, 64, 8);  // codes 128 -> 64
   expect(dense<quantize::natural<8>>{}, q, wire::format_errc::bad_section_size);
 }
+
+TEST_CASE("natural decode saturates exactly for any bucket exponent, hostile ones included", "[natural]") {
+  // The value of code (c, sign) in a bucket of top exponent `top`: 2^(top - 127 + c) for c > 0,
+  // 0 below 2^-149, inf above 2^127, computed here in 64-bit integers and double.
+  const auto expected = [](std::int64_t top, unsigned code) -> std::uint32_t {
+    const unsigned c = code >> 1;
+    std::uint32_t bits = 0;
+    if (c != 0) {
+      const std::int64_t e = top - 127 + c;
+      if (e > 127) {
+        bits = 0x7F800000u;
+      } else if (e >= -149) {
+        bits = detail::bit_cast<std::uint32_t>(static_cast<float>(std::ldexp(1.0, static_cast<int>(e))));
+      }
+    }
+    return bits | ((code & 1u) << 31);
+  };
+  for (std::int64_t top : {std::int64_t{INT32_MIN}, std::int64_t{-5000}, std::int64_t{-1001}, std::int64_t{-400},
+                           std::int64_t{-149}, std::int64_t{-22}, std::int64_t{0}, std::int64_t{127}, std::int64_t{300},
+                           std::int64_t{1001}, std::int64_t{INT32_MAX - 1}}) {
+    for (unsigned code = 0; code < 256; ++code) {
+      const float v = quantize::natural<8>::decode(code, {static_cast<std::int32_t>(top)});
+      if (detail::bit_cast<std::uint32_t>(v) != expected(top, code)) FAIL("top " << top << ", code " << code);
+    }
+  }
+  // A poisoned bucket decodes to NaN.
+  CHECK(std::isnan(quantize::natural<8>::decode(2, {quantize::natural<8>::poisoned})));
+}

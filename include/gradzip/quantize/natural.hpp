@@ -80,10 +80,10 @@ GRADZIP_HOST_DEVICE inline int floor_log2(std::uint32_t m) {
 #endif
 }
 
-/// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127 (selects only).
-GRADZIP_HOST_DEVICE inline float exact_pow2(std::int64_t e) {
-  const std::int64_t clamped = e < -160 ? -160 : (e > 128 ? 128 : e);
-  const auto c = static_cast<std::int32_t>(clamped);
+/// 2^e as a float: subnormal below 2^-126, 0 below 2^-149, inf above 2^127 (selects only, in
+/// 32-bit integers so that the host's decode loop vectorizes).
+GRADZIP_HOST_DEVICE inline float exact_pow2(std::int32_t e) {
+  const std::int32_t c = e < -160 ? -160 : (e > 128 ? 128 : e);
   const std::uint32_t normal = static_cast<std::uint32_t>(c + 127) << 23;
   const std::uint32_t shift = static_cast<std::uint32_t>(c + 149 < 0 ? 0 : c + 149) & 31u;
   const std::uint32_t subnormal = select_bits(c >= -149, std::uint32_t{1} << shift, 0u);
@@ -177,11 +177,15 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
-    const unsigned c = code >> 1;
-    std::uint32_t bits = gradzip::detail::bit_cast<std::uint32_t>(
-        detail::exact_pow2(static_cast<std::int64_t>(r.top) - exponent_codes + c));
+    const auto c = static_cast<std::int32_t>(code >> 1);
+    // An encoder's top is in [-149, 127] (or poisoned: NaN below), a hostile payload's anything.
+    // Clamped to [-1000, 1000], top - L + c stays far from int32 overflow, and exact_pow2 still
+    // saturates exactly where the unclamped exponent would (0 below 2^-160, inf above 2^128).
+    const bool bad = r.top == poisoned;
+    const std::int32_t top = r.top < -1000 ? -1000 : (r.top > 1000 ? 1000 : r.top);
+    std::uint32_t bits = gradzip::detail::bit_cast<std::uint32_t>(detail::exact_pow2(top - exponent_codes + c));
     bits = gradzip::detail::select_bits(c == 0, 0u, bits);
-    bits = gradzip::detail::select_bits(r.top == poisoned, 0x7FC00000u, bits);
+    bits = gradzip::detail::select_bits(bad, 0x7FC00000u, bits);
     return gradzip::detail::bit_cast<float>(bits | ((code & 1u) << 31));
   }
 };

@@ -97,7 +97,8 @@ struct structure_backend<cuda, hash::hashed_topk> {
 
   template <class T, class Sink>
   static void select(cuda& exec, const hash::hashed_topk& s, span<const T> x, std::uint64_t k, const Sink& sink) {
-    if (k == 0) return;
+    // k may be the bound (compress_async): the slots exist only when the count pass built them.
+    if (k == 0 || s.target_count(x.size()) == 0 || s.slots(x.size()) == 0) return;
     const layout l = layout_of<T>(exec, s, x.size());
     std::byte* scratch = exec.scratch(l.sort_temp + l.sort_temp_bytes);
     inner::select_with(exec, x, winners(s, scratch, l, x.size()), k, sink);

@@ -265,10 +265,12 @@ struct partition_backend<cuda> {
   static std::uint64_t decode_bitmap(const hash::partition& z, cuda& exec, std::uint32_t p, std::uint64_t n,
                                      span<const std::uint64_t> bits, span<std::uint64_t> out) {
     const bitmap_scratch s = ranks(z, exec, p, n);
+    // Always: with n = 0 every set bit is past the end.
+    const unsigned grid = grid_for(exec, std::max<std::uint64_t>(n, bits.size()));
+    partition_device::selected_kernel<<<grid, threads, 0, exec.stream()>>>(n, s.member, s.rank, bits.data(), bits.size(),
+                                                                           s.selected, s.bad);
+    GRADZIP_CUDA_TRY(cudaGetLastError());
     if (n != 0) {
-      const unsigned grid = grid_for(exec, std::max<std::uint64_t>(n, bits.size()));
-      partition_device::selected_kernel<<<grid, threads, 0, exec.stream()>>>(n, s.member, s.rank, bits.data(), bits.size(),
-                                                                             s.selected, s.bad);
       std::size_t temp = s.temp_bytes;
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(s.temp, temp, s.selected, s.at, n, exec.stream()));
       partition_device::gather_kernel<<<grid_for(exec, n), threads, 0, exec.stream()>>>(n, s.selected, s.at, out.data(),

@@ -114,9 +114,10 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
   }
 
   template <class T, class Sink>
-  static void select(cuda& exec, const sparsify::sampled_topk&, span<const T> x, std::uint64_t k,
+  static void select(cuda& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
-    if (k == 0) return;
+    // k may be the bound (compress_async): the search state exists only when the count ran it.
+    if (k == 0 || s.target_count(x.size()) == 0) return;
     const layout l = layout_of<T>(exec, x.size());
     auto* state = reinterpret_cast<sampled_search*>(exec.scratch(l.sort_temp + l.sort_temp_bytes) + l.state);
     inner::select_with(exec, x, threshold_of(state), k, sink);

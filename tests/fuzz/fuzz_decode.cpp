@@ -2,6 +2,8 @@
 // raises gradzip::format_error; AddressSanitizer and UBSan catch any out-of-bounds access.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include "gradzip/gradzip.hpp"
@@ -41,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{});
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint>{});
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::automatic>{});
+  // Natural compression's decode reads a bucket exponent that a hostile payload sets freely.
+  attempt(gz::codec<gz::sparsify::none, gz::quantize::natural<8>, gz::encode::none>{});
   // The sketching family, in the golden payloads' configurations (so the fuzzer starts from
   // payloads these readers accept): SimHash, a Hadamard-rotated quantizer, a Count Sketch's
   // estimate, and FetchSGD's state restored from the same bytes.
@@ -61,6 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fs.restore(exec, bytes);
     } catch (const gradzip::format_error&) {
     }
+  }
+  // Zen's hash bitmap: the bytes as up to 64 words of part 3 of 8 over at most 4,096 indices.
+  std::vector<std::uint64_t> words(std::min<std::size_t>(size / 8, 64));
+  if (!words.empty()) std::memcpy(words.data(), data, words.size() * 8);
+  try {
+    (void)gz::hash::partition{8, 11}.decode_bitmap(3, small, gradzip::span<const std::uint64_t>(words));
+  } catch (const gradzip::format_error&) {
   }
   return 0;
 }

@@ -5,7 +5,7 @@
 // decoder and the inverse rotation change nothing when it fails (the executor's status word).
 #pragma once
 
-#include "gradzip/detail/cuda/simhash.cuh"
+#include "gradzip/detail/cuda/walsh_hadamard.cuh"
 #include "gradzip/transform/hadamard.hpp"
 
 namespace gradzip::detail {
@@ -24,7 +24,7 @@ __global__ void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint3
     v[k] = i < n ? hadamard::signed_by(seed, static_cast<float>(to_float(x[i])), i) : 0.0f;
   }
   __syncthreads();
-  simhash_device::walsh_hadamard(v, block);
+  walsh_hadamard(v, block);
   for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) y[first + k] = v[k] * scale;
 }
 
@@ -36,7 +36,7 @@ __global__ void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, st
   const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * block;
   for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) v[k] = y[first + k];
   __syncthreads();
-  simhash_device::walsh_hadamard(v, block);
+  walsh_hadamard(v, block);
   for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
     const std::uint64_t i = first + k;
     if (i < n) {

@@ -4,6 +4,7 @@
 // a shuffle-down tree), so the bytes equal the host's. No atomics, no host synchronization.
 #pragma once
 
+#include "gradzip/detail/cuda/walsh_hadamard.cuh"
 #include "gradzip/hash/simhash.hpp"
 
 namespace gradzip::detail {
@@ -20,19 +21,6 @@ __device__ double warp_lane_sum(std::uint32_t count, Term term) {
   for (std::uint32_t t = lane; t < count; t += 32) acc += term(t);
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, offset);
   return acc;
-}
-
-/// In place, unnormalized Walsh-Hadamard transform of the block's `size` floats in shared memory.
-__device__ inline void walsh_hadamard(float* v, std::uint32_t size) {
-  for (std::uint32_t half = 1; half < size; half *= 2) {
-    for (std::uint32_t p = threadIdx.x; p < size / 2; p += blockDim.x) {
-      const std::uint32_t j = (p / half) * 2 * half + (p % half);
-      const float a = v[j], b = v[j + half];
-      v[j] = a + b;
-      v[j + half] = a - b;
-    }
-    __syncthreads();
-  }
 }
 
 /// v <- D_r v / sqrt(B): the host's flip_and_scale.

@@ -97,4 +97,14 @@ TEST_CASE("rotated payloads are validated", "[hadamard]") {
   truncated.resize(p.size() - 16);
   CHECK_THROWS_AS(c.decompress_add(exec, span<const std::byte>(truncated), span<float>(out)), format_error);
   CHECK(out == std::vector<float>(1000, 1.0f));
+  // An inner payload that the outer frame accepts but the inner codec refuses (its count, the
+  // first parameter byte): decompress, which overwrites, must not have written anything either.
+  auto bad_inner = p;
+  const wire::header outer = wire::read_header(span<const std::byte>(p));
+  const auto inner_at = outer.sections[1].offset;
+  const wire::header inner = wire::read_header(span<const std::byte>(p).subspan(inner_at, outer.sections[1].size));
+  bad_inner[inner_at + inner.sections[0].offset] ^= std::byte{1};
+  CHECK_THROWS_AS(c.decompress(exec, span<const std::byte>(bad_inner), span<float>(out)), format_error);
+  CHECK_THROWS_AS(c.decompress_add(exec, span<const std::byte>(bad_inner), span<float>(out)), format_error);
+  CHECK(out == std::vector<float>(1000, 1.0f));
 }

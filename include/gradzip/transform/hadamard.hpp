@@ -263,19 +263,13 @@ class rotated {
   /// accum <- accum + alpha * R^-1 decode(inner payload); validated before anything is written.
   template <class T>
   void decompress_add(host& exec, span<const std::byte> payload, span<T> accum, float alpha = 1.0f) const {
-    const span<const std::byte> inner = parse(payload, accum.size());
-    const std::uint64_t padded = rotation_.padded(accum.size());
-    float* y = rotated_scratch(exec, padded);
-    inner_.decompress(exec, inner, span<float>(y, padded));  // validates the inner payload
-    rotation_.inverse(exec, span<float>(y, padded));
-    for (std::size_t i = 0; i < accum.size(); ++i) accum[i] = accumulated(accum[i], y[i], alpha);
+    apply(exec, parse(payload, accum.size()), accum, alpha, false);
   }
 
+  /// out <- R^-1 decode(inner payload); a bad payload (outer or inner) leaves `out` as it was.
   template <class T>
   void decompress(host& exec, span<const std::byte> payload, span<T> out) const {
-    parse(payload, out.size());  // nothing written before the payload is known to be ours
-    std::fill(out.begin(), out.end(), from_double<T>(0.0));
-    decompress_add(exec, payload, out, 1.0f);
+    apply(exec, parse(payload, out.size()), out, 1.0f, true);
   }
 
  private:
@@ -284,6 +278,18 @@ class rotated {
     l.add(wire::tag::params, params_bytes);
     l.add(wire::tag::values, inner_bytes);
     return l;
+  }
+
+  /// Decodes the (outer-validated) inner payload into scratch, which validates it, rotates it
+  /// back, and only then writes `out`: added to it, or over it as 0 + y (decompress's bytes).
+  template <class T>
+  void apply(host& exec, span<const std::byte> inner, span<T> out, float alpha, bool overwrite) const {
+    const std::uint64_t padded = rotation_.padded(out.size());
+    float* y = rotated_scratch(exec, padded);
+    inner_.decompress(exec, inner, span<float>(y, padded));
+    rotation_.inverse(exec, span<float>(y, padded));
+    const T zero = from_double<T>(0.0);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = accumulated(overwrite ? zero : out[i], y[i], alpha);
   }
 
   /// Scratch for the rotated vector, placed after what the inner codec uses: its compress

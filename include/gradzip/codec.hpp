@@ -137,6 +137,25 @@ struct identity_index {
   GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const { return j; }
 };
 
+/// Writes only the kept values (as floats), for a bucketed stage over an implicit selection.
+template <class T>
+struct values_sink {
+  float* values;
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t, T value) const {
+    values[pos] = static_cast<float>(to_float(value));
+  }
+};
+
+/// The tensor index of value j of an implicit selection (random-k), from its parameters.
+template <class Structure>
+struct implicit_index {
+  frame_params params;
+  std::uint64_t n, k;
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const {
+    return Structure::index_of(params.structure, n, k, j);
+  }
+};
+
 /// The tensor index of value j, read back from the payload's indices section.
 template <class Indices>
 struct stored_index {
@@ -268,9 +287,6 @@ class codec {
   static_assert(Structure::explicit_indices || std::is_same_v<Indices, encode::none>,
                 "codec: the structure stage sends no indices, so the indices stage must be "
                 "encode::none");
-  static_assert(!detail::has_implicit_indices<Structure>::value || !detail::is_bucketed<Values>::value,
-                "codec: bucketed quantizers over random-k values are not supported yet; use "
-                "quantize::none or a cast");
 
  public:
   using structure_type = Structure;
@@ -346,7 +362,8 @@ class codec {
   template <class T, class Exec>
   std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
     if constexpr (implicit_indices) {
-      return 0;  // the selection needs no scratch
+      // The selection needs no scratch; a bucketed stage keeps the k values there first.
+      return bucketed ? value_scratch_offset(0) + structure_.selected_count(n) * sizeof(float) : 0;
     } else {
       const std::size_t structure = detail::structure_workspace<T>(exec, structure_, n);
       if constexpr (staged) {
@@ -483,7 +500,14 @@ class codec {
     std::uint8_t* indices = has_indices ? base + l.at(1).offset : nullptr;
     std::uint8_t* values = base + l.at(section_count - 1).offset;
     using structure_run = detail::structure_backend<Exec, Structure>;
-    if constexpr (implicit_indices) {
+    if constexpr (implicit_indices && bucketed) {  // values into scratch, then buckets over them
+      auto* kept = reinterpret_cast<float*>(exec.scratch(value_scratch_offset(0) + k * sizeof(float)) +
+                                            value_scratch_offset(0));
+      detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, detail::values_sink<T>{kept});
+      detail::values_backend<Exec>::encode_buckets(exec, values_, static_cast<const float*>(kept), k,
+                                                   base + l.at(1).offset, values,
+                                                   detail::implicit_index<Structure>{sp, n, k}, ctx);
+    } else if constexpr (implicit_indices) {
       const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
       detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, sink);
     } else if constexpr (!bucketed) {
@@ -604,8 +628,13 @@ class codec {
   GRADZIP_HOST_DEVICE static double value_at(const detail::payload_view& v, element_type type,
                                              std::uint64_t j) {
     if constexpr (bucketed) {
-      return Values::decode(quantize::unpack_code(v.values, Values::bits, j),
-                            Values::load_record(v.scales, j / Values::bucket));
+      const double value = Values::decode(quantize::unpack_code(v.values, Values::bits, j),
+                                          Values::load_record(v.scales, j / Values::bucket));
+      if constexpr (implicit_indices) {  // random-k's unbiasing factor, applied on decode
+        return value * static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
+      } else {
+        return value;
+      }
     } else if constexpr (implicit_indices) {  // random-k's unbiasing factor, applied on decode
       return Values::load(v.values, type, j) *
              static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
@@ -1068,6 +1097,17 @@ struct payload_backend<host> {
         values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
                                                     stored_index<encode::coo>{v.indices, v.index_width},
                                                     out.data(), alpha);
+      } else if constexpr (Codec::implicit_indices) {
+        using Structure = typename Codec::structure_type;
+        frame_params params;
+        for (std::uint64_t b = 0; b < Structure::param_bytes; ++b) params.structure[b] = v.structure_params[b];
+        const std::uint64_t n = v.header.element_count;
+        const auto scale = [&](std::uint64_t j) {
+          return static_cast<double>(Structure::value_scale(v.structure_params, n, v.count, j));
+        };
+        values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
+                                                    implicit_index<Structure>{params, n, v.count}, out.data(), alpha,
+                                                    scale);
       } else {
         values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
                                                     identity_index{}, out.data(), alpha);

@@ -317,6 +317,30 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
   }
 }
 
+TEST_CASE("cuda bucketed quantizers over random-k values equal the host's bytes and decode", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using s2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
+  using rk_s2 = gz::codec<gz::sparsify::randomk, s2, gz::encode::none>;
+  using rk_q = gz::codec<gz::sparsify::randomk, gz::quantize::qsgd<7>, gz::encode::none>;
+  for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{1} << 20}) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 43);
+    const rk_s2 c{gz::sparsify::randomk::ratio(0.01, 5), s2{9}};
+    check_parity(g, c, dev);
+    check_parity(g, rk_q{gz::sparsify::randomk::ratio(0.05, 6), gz::quantize::qsgd<7>{4}}, dev);
+    const auto payload = test::compress(c, host, g);
+    device_vector<std::byte> dp(payload);
+    device_vector<float> dout(n);
+    c.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dout.view());
+    dev.check();
+    std::vector<float> expected(n);
+    c.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(expected));
+    INFO("n = " << n);
+    CHECK(dout.download() == expected);
+  }
+}
+
 TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

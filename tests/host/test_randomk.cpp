@@ -128,3 +128,49 @@ TEST_CASE("random-k composes with casts and rejects bad parameters", "[randomk]"
   test::expect_rejected(codec<sparsify::none, quantize::none, encode::none>{}, exec, p, o,
                         wire::format_errc::codec_mismatch);
 }
+
+TEST_CASE("random-k composes with bucketed quantizers: buckets over the k kept values", "[randomk]") {
+  using rk_u4 = codec<sparsify::randomk, quantize::uniform<4>, encode::none>;
+  using dense_u4 = codec<sparsify::none, quantize::uniform<4>, encode::none>;
+  static_assert(!rk_u4::summable && rk_u4::implicit_indices && rk_u4::bucketed);
+  host exec;
+  const std::uint64_t n = 100003, k = 1237;  // k not a multiple of the bucket (512) or of 32
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 12);
+  const rk_u4 c{sparsify::randomk::count(k, 5)};
+  const auto payload = test::compress(c, exec, x, {7, 3});
+  // Section sizes: params, then k values' scales and 4-bit codes, no indices.
+  const wire::header h = wire::read_header(span<const std::byte>(payload));
+  REQUIRE(h.section_count == 3);
+  // Reference: the kept values quantized as a dense tensor of k elements (nearest rounding has
+  // no randomness, so the bucket codes are the same), placed at the chosen indices, scaled by
+  // each stratum's length.
+  const auto idx = chosen(n, k, 5, {7, 3});
+  std::vector<float> kept(k);
+  for (std::uint64_t j = 0; j < k; ++j) kept[j] = x[idx[j]];
+  std::vector<float> q(k);
+  const auto dense_payload = test::compress(dense_u4{}, exec, kept);
+  dense_u4{}.decompress(exec, span<const std::byte>(dense_payload), span<float>(q));
+  std::vector<float> out(n, 1.0f);
+  c.decompress(exec, span<const std::byte>(payload), span<float>(out));
+  std::vector<float> expected(n, 0.0f);
+  for (std::uint64_t j = 0; j < k; ++j) {
+    const double len = static_cast<double>(sparsify::randomk::stratum_begin(n, k, j + 1) - sparsify::randomk::stratum_begin(n, k, j));
+    expected[idx[j]] = static_cast<float>(0.0f + static_cast<double>(q[j]) * len);
+  }
+  CHECK(out == expected);
+  std::vector<float> added(n, 0.0f);
+  c.decompress_add(exec, span<const std::byte>(payload), span<float>(added));
+  CHECK(added == expected);
+  // The per-element reading the CUDA decoder uses (index_at, value_at) agrees element by element.
+  detail::payload_view v;
+  REQUIRE(rk_u4::parse(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size(), v).ok());
+  for (std::uint64_t j = 0; j < k; ++j) {
+    REQUIRE(rk_u4::index_at(v, j) == idx[j]);
+    REQUIRE(static_cast<float>(0.0f + rk_u4::value_at(v, element_type::f32, j)) == expected[idx[j]]);
+  }
+  // A stochastic bucketed stage draws from (seed, step, tensor index): same key, same bytes.
+  using rk_q = codec<sparsify::randomk, quantize::qsgd<7>, encode::none>;
+  const rk_q s{sparsify::randomk::count(k, 5), quantize::qsgd<7>{11}};
+  CHECK(test::compress(s, exec, x, {7, 3}) == test::compress(s, exec, x, {7, 3}));
+  CHECK(test::compress(s, exec, x, {7, 3}) != test::compress(s, exec, x, {8, 3}));
+}

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -297,11 +298,12 @@ struct values_backend<host> {
     return true;
   }
 
-  /// out[index_of(j)] += alpha x value j for the values of groups [first_group, last_group).
-  template <class Values, class T, class IndexOf>
+  /// out[index_of(j)] += alpha x value j (x scale_of(j), in double, when given: random-k's
+  /// unbiasing factor) for the values of groups [first_group, last_group).
+  template <class Values, class T, class IndexOf, class ScaleOf = std::nullptr_t>
   static void decode_groups(const std::uint8_t* scales, const std::uint8_t* codes, std::uint64_t count,
                             std::uint64_t first_group, std::uint64_t last_group, IndexOf index_of,
-                            T* out, float alpha) {
+                            T* out, float alpha, ScaleOf scale_of = nullptr) {
     for (std::uint64_t q = first_group; q < last_group; ++q) {
       const auto record = Values::load_record(scales, q * 32 / Values::bucket);
       typename Values::code_type code[32];
@@ -310,7 +312,9 @@ struct values_backend<host> {
       for (int l = 0; l < 32; ++l) value[l] = Values::decode(code[l], record);
       const std::uint64_t j0 = q * 32;
       const int n = static_cast<int>(std::min<std::uint64_t>(32, count - j0));
-      if constexpr (std::is_same_v<IndexOf, identity_index>) {
+      if constexpr (!std::is_same_v<ScaleOf, std::nullptr_t>) {
+        for (int l = 0; l < n; ++l) accumulate(out[index_of(j0 + l)], value[l] * scale_of(j0 + l), alpha);
+      } else if constexpr (std::is_same_v<IndexOf, identity_index>) {
         T* y = out + j0;
         for (int l = 0; l < n; ++l) accumulate(y[l], value[l], alpha);
       } else {

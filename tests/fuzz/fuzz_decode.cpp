@@ -44,7 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint>{});
   attempt(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>, gz::encode::automatic>{});
   // Natural compression's decode reads a bucket exponent that a hostile payload sets freely.
-  attempt(gz::codec<gz::sparsify::none, gz::quantize::natural<8>, gz::encode::none>{});
+  attempt(gz::codec<gz::sparsify::none, gz::quantize::natural<8, 64>, gz::encode::none>{});
+  // A bucketed stage over random-k's implicit indices (golden: randomk100_uniform2_stochastic).
+  attempt(gz::codec<gz::sparsify::randomk, gz::quantize::uniform<2, gz::quantize::rounding::stochastic, 64>,
+                    gz::encode::none>{});
   // The sketching family, in the golden payloads' configurations (so the fuzzer starts from
   // payloads these readers accept): SimHash, a Hadamard-rotated quantizer, a Count Sketch's
   // estimate, and FetchSGD's state restored from the same bytes.

@@ -70,6 +70,11 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
     using q2 = quantize::uniform<2, quantize::rounding::stochastic, 64>;
     check_golden("dense_uniform2_stochastic_f32_n150.grdz", test::compress(codec<sparsify::none, q2, encode::none>{{}, q2{99}}, exec,
                                           golden_input<float>(150, 8), {3, 4}));
+    // The same stage over random-k's k = 100 values of 2,000: selection and rounding both keyed
+    // by (seed, step, tensor id).
+    check_golden("randomk100_uniform2_stochastic_f32_n2000.grdz",
+                 test::compress(codec<sparsify::randomk, q2, encode::none>{sparsify::randomk::count(100, 21), q2{99}},
+                                exec, golden_input<float>(2000, 18), {5, 6}));
   }
   check_golden("dense_uniform4_f32_n1000.grdz",
                test::compress(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec,

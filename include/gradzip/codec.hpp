@@ -691,13 +691,12 @@ class codec {
 
   template <class T, class Exec>
   static staging staging_of(Exec& exec, std::size_t structure_bytes, std::uint64_t k) {
-    const auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
     staging s;
-    s.indices = up(structure_bytes);
-    s.values = up(s.indices + k * 8);
+    s.indices = detail::scratch_aligned(structure_bytes);
+    s.values = detail::scratch_aligned(s.indices + k * 8);
     std::size_t value_bytes = k * sizeof(float);  // floats for a bucketed stage to encode
     if constexpr (!bucketed) value_bytes = k * Values::value_size(element_traits<T>::type);
-    s.encoder = up(s.values + value_bytes);
+    s.encoder = detail::scratch_aligned(s.values + value_bytes);
     s.total = s.encoder + detail::index_encoder<Exec>::workspace_bytes(exec, k);
     return s;
   }
@@ -756,7 +755,7 @@ class codec {
 
   /// Where the kept values start in scratch, after the structure stage's own scratch.
   static std::size_t value_scratch_offset(std::size_t structure_bytes) {
-    return (structure_bytes + 255) / 256 * 256;
+    return detail::scratch_aligned(structure_bytes);
   }
 
   Structure structure_{};

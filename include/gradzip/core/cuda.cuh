@@ -175,6 +175,13 @@ inline std::size_t exclusive_sum_bytes(cuda& exec, std::uint64_t items) {
   return bytes;
 }
 
+/// Key bits a radix sort needs for keys below `range` (at least 1, at most 32).
+inline int radix_bits(std::uint64_t range) {
+  int bits = 1;
+  while (bits < 32 && (std::uint64_t{1} << bits) < range) ++bits;
+  return bits;
+}
+
 inline void require_aligned(const void* p, const char* what) {
   GRADZIP_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % wire::alignment == 0, what,
                   ": device payload buffers must be 16-byte aligned, got address ", p);

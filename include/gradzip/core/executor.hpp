@@ -79,6 +79,10 @@ class host {
 
 namespace detail {
 
+/// `bytes` rounded up to a multiple of 256: where the next sub-buffer of an executor's scratch
+/// may start (CUB's storage and vector loads want that alignment).
+GRADZIP_HOST_DEVICE constexpr std::size_t scratch_aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 GRADZIP_HOST_DEVICE inline float momentum_step(float m, float g, float beta, float rest) {
   return fmaf(beta, m, rest * g);
 }

@@ -240,7 +240,7 @@ class count_sketch {
     parse(sketch, &n);
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
-    const std::size_t at = (top.workspace_bytes<float>(exec, n) + 255) / 256 * 256;
+    const std::size_t at = gradzip::detail::scratch_aligned(top.workspace_bytes<float>(exec, n));
     auto* estimates = reinterpret_cast<float*>(exec.scratch(at + n * sizeof(float)) + at);
     estimate(exec, sketch, span<float>(estimates, n));
     return top.compress(exec, span<const float>(estimates, n), out);

@@ -303,7 +303,7 @@ class rotated {
   std::size_t scratch_offset(host& exec, std::uint64_t padded) const {
     const std::size_t inner = std::max<std::size_t>(inner_.template workspace_bytes<float>(exec, padded),
                                                     4096 + static_cast<std::size_t>(exec.threads()) * 64);
-    return (inner + 255) / 256 * 256;
+    return gradzip::detail::scratch_aligned(inner);
   }
 
   /// The inner payload of a validated outer frame for n elements.

@@ -50,7 +50,7 @@ struct async_compress_backend<cuda> {
       require_aligned(out.data(), "compress_async");
       const std::uint64_t n = input.size();
       // The sink lives after the structure's scratch; reserve both first (growth discards).
-      const std::size_t at = (c.template workspace_bytes<T>(exec, n) + 255) / 256 * 256;
+      const std::size_t at = scratch_aligned(c.template workspace_bytes<T>(exec, n));
       exec.scratch(at + sizeof(sink_type));
       const std::uint64_t* k = c.count_on_device(exec, input);
       auto* sink = reinterpret_cast<sink_type*>(exec.scratch(at + sizeof(sink_type)) + at);

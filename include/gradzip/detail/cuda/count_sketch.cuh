@@ -161,27 +161,21 @@ struct count_sketch_backend<cuda> {
   struct scratch_layout {
     std::size_t column, sorted_column, value, sorted_value, sort_temp, sort_temp_bytes, total;
   };
-  static std::size_t round_up(std::size_t b) { return (b + 255) / 256 * 256; }
-  static int column_bits(std::uint64_t columns) {
-    int bits = 1;
-    while (bits < 32 && (std::uint64_t{1} << bits) < columns) ++bits;
-    return bits;
-  }
   static scratch_layout layout_for(const sketch::count_sketch& s, cuda& exec, std::uint64_t n) {
     std::size_t temp = 0;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<const std::uint32_t*>(nullptr),
                                                      static_cast<std::uint32_t*>(nullptr), static_cast<const float*>(nullptr),
-                                                     static_cast<float*>(nullptr), n, 0, column_bits(s.columns()),
+                                                     static_cast<float*>(nullptr), n, 0, radix_bits(s.columns()),
                                                      exec.stream()));
     scratch_layout l{};
-    const std::size_t words = round_up(n * 4);
+    const std::size_t words = scratch_aligned(n * 4);
     l.column = 0;
     l.sorted_column = words;
     l.value = 2 * words;
     l.sorted_value = 3 * words;
     l.sort_temp = 4 * words;
     l.sort_temp_bytes = temp;
-    l.total = l.sort_temp + round_up(temp);
+    l.total = l.sort_temp + scratch_aligned(temp);
     return l;
   }
 
@@ -218,7 +212,7 @@ struct count_sketch_backend<cuda> {
             x.data(), n, hash64(s.seed(), r), s.columns(), column, value);
         std::size_t temp = sl.sort_temp_bytes;
         GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, column, sorted_column, value,
-                                                         sorted_value, n, 0, column_bits(s.columns()), exec.stream()));
+                                                         sorted_value, n, 0, radix_bits(s.columns()), exec.stream()));
       }
       count_sketch_device::column_sums_kernel<<<grid_for(exec, s.columns()), threads, 0, exec.stream()>>>(
           sorted_column, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
@@ -246,7 +240,7 @@ struct count_sketch_backend<cuda> {
                               std::uint64_t k, span<std::byte> out) {
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
-    const std::size_t at = round_up(top.workspace_bytes<float>(exec, n));
+    const std::size_t at = scratch_aligned(top.workspace_bytes<float>(exec, n));
     auto* estimates = reinterpret_cast<float*>(exec.scratch(at + n * sizeof(float)) + at);
     if (n != 0) GRADZIP_CUDA_TRY(cudaMemsetAsync(estimates, 0, n * sizeof(float), exec.stream()));
     estimate(s, exec, sketch, span<float>(estimates, n));

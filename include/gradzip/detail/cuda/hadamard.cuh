@@ -85,7 +85,7 @@ struct rotation_backend<cuda> {
     const std::uint64_t words = padded / 64 + 2;
     const std::size_t decoder = 2 * words * sizeof(std::uint64_t) + 256 + exclusive_sum_bytes(exec, words);
     const std::size_t inner = r.inner().template workspace_bytes<float>(exec, padded);
-    return ((inner > decoder ? inner : decoder) + 255) / 256 * 256;
+    return scratch_aligned(inner > decoder ? inner : decoder);
   }
 
   template <class T, class Codec>

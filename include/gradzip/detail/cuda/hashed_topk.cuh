@@ -118,14 +118,13 @@ struct structure_backend<cuda, hash::hashed_topk> {
   /// keys twice (CUB sorts out of place) and CUB's sort storage.
   template <class T>
   static layout layout_of(cuda& exec, const hash::hashed_topk& s, std::size_t n) {
-    const auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
     const std::uint64_t size = sparsify::sampled_topk::sample_size(n, s.sample_rate());
     layout l;
-    l.tau = up(inner::workspace_bytes<T>(exec, n));
+    l.tau = scratch_aligned(inner::workspace_bytes<T>(exec, n));
     l.slots = l.tau + 256;
-    l.keys = up(l.slots + s.slots(n) * sizeof(unsigned long long));
-    l.sorted = up(l.keys + size * 4);
-    l.sort_temp = up(l.sorted + size * 4);
+    l.keys = scratch_aligned(l.slots + s.slots(n) * sizeof(unsigned long long));
+    l.sorted = scratch_aligned(l.keys + size * 4);
+    l.sort_temp = scratch_aligned(l.sorted + size * 4);
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(nullptr, l.sort_temp_bytes,
                                                               static_cast<const std::uint32_t*>(nullptr),
                                                               static_cast<std::uint32_t*>(nullptr), size, 0, 32,

@@ -203,15 +203,15 @@ struct partition_backend<cuda> {
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const std::uint32_t*>(nullptr),
                                                      static_cast<std::uint32_t*>(nullptr),
                                                      static_cast<const std::uint32_t*>(nullptr),
-                                                     static_cast<std::uint32_t*>(nullptr), m, 0, bits_for(parts),
+                                                     static_cast<std::uint32_t*>(nullptr), m, 0, radix_bits(parts),
                                                      exec.stream()));
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<const std::uint32_t*>(nullptr),
                                                    static_cast<std::uint32_t*>(nullptr), m, exec.stream()));
     // Scratch: part, position, sorted part, sorted position, flag, spill place (m words each);
     // first, end (parts each); total and bad; CUB's.
-    const std::size_t words = round_up(m * 4), runs = round_up(parts * 8);
+    const std::size_t words = scratch_aligned(m * 4), runs = scratch_aligned(parts * 8);
     const std::size_t at_runs = 6 * words, at_scalars = at_runs + 2 * runs, at_temp = at_scalars + 256;
-    std::byte* scratch = exec.scratch(at_temp + round_up(std::max(sort_bytes, scan_bytes)));
+    std::byte* scratch = exec.scratch(at_temp + scratch_aligned(std::max(sort_bytes, scan_bytes)));
     auto word_array = [&](int k) { return reinterpret_cast<std::uint32_t*>(scratch + k * words); };
     std::uint32_t *part = word_array(0), *position = word_array(1), *sorted_part = word_array(2),
                   *sorted_position = word_array(3), *flag = word_array(4), *place = word_array(5);
@@ -225,7 +225,7 @@ struct partition_backend<cuda> {
       partition_device::prepare_kernel<<<grid, threads, 0, exec.stream()>>>(sorted.data(), m, n, z.seed(), parts, part,
                                                                             position, bad);
       GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, position,
-                                                       sorted_position, m, 0, bits_for(parts), exec.stream()));
+                                                       sorted_position, m, 0, radix_bits(parts), exec.stream()));
       partition_device::runs_kernel<<<grid, threads, 0, exec.stream()>>>(sorted_part, m, first, end);
       partition_device::place_kernel<<<grid, threads, 0, exec.stream()>>>(sorted.data(), sorted_part, sorted_position, m,
                                                                           first, capacity, slots.data(), flag);
@@ -288,12 +288,6 @@ struct partition_backend<cuda> {
   }
 
  private:
-  static std::size_t round_up(std::size_t b) { return (b + 255) / 256 * 256; }
-  static int bits_for(std::uint32_t parts) {
-    int bits = 1;
-    while (bits < 32 && (std::uint64_t{1} << bits) < parts) ++bits;
-    return bits;
-  }
 
   struct scalars {
     std::uint64_t value;
@@ -322,8 +316,8 @@ struct partition_backend<cuda> {
     std::size_t temp_bytes = 0;
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, static_cast<const std::uint32_t*>(nullptr),
                                                    static_cast<std::uint32_t*>(nullptr), n, exec.stream()));
-    const std::size_t words = round_up(n * 4), at_scalars = 4 * words, at_temp = at_scalars + 256;
-    std::byte* scratch = exec.scratch(at_temp + round_up(temp_bytes));
+    const std::size_t words = scratch_aligned(n * 4), at_scalars = 4 * words, at_temp = at_scalars + 256;
+    std::byte* scratch = exec.scratch(at_temp + scratch_aligned(temp_bytes));
     bitmap_scratch s{};
     s.member = reinterpret_cast<std::uint32_t*>(scratch);
     s.rank = reinterpret_cast<std::uint32_t*>(scratch + words);

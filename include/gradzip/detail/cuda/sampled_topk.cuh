@@ -135,14 +135,13 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
 
   template <class T>
   static layout layout_of(cuda& exec, std::size_t n) {
-    const auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
     const std::uint64_t most = sparsify::sampled_topk::sample_size(n, sparsify::sampled_topk::max_sample_rate);
     layout l;
-    l.state = up(inner::workspace_bytes<T>(exec, n));
+    l.state = scratch_aligned(inner::workspace_bytes<T>(exec, n));
     l.hist = l.state + 256;
-    l.keys = up(l.hist + (sampled_search::bins + 1) * sizeof(unsigned long long));
-    l.sorted = up(l.keys + most * 4);
-    l.sort_temp = up(l.sorted + most * 4);
+    l.keys = scratch_aligned(l.hist + (sampled_search::bins + 1) * sizeof(unsigned long long));
+    l.sorted = scratch_aligned(l.keys + most * 4);
+    l.sort_temp = scratch_aligned(l.sorted + most * 4);
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(
         nullptr, l.sort_temp_bytes, static_cast<const std::uint32_t*>(nullptr), static_cast<std::uint32_t*>(nullptr),
         most, 0, 32, exec.stream()));

@@ -194,7 +194,7 @@ class count_sketch {
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(n, chunks, c);
       std::uint64_t i = r.begin;
-      for (; i + estimate_lanes <= r.end; i += estimate_lanes) estimate_lanes_at(v.table, i, estimates.data() + i);
+      for (; i + lanes <= r.end; i += lanes) estimate_lanes_at(v.table, i, estimates.data() + i);
       float row_values[max_rows];
       for (; i < r.end; ++i) {
         for (std::uint32_t row = 0; row < rows_; ++row) {
@@ -252,10 +252,18 @@ class count_sketch {
   /// 53 ns per element at r = 5), and the fixed sequence of selects gives the same result on
   /// the host, its vector lanes and the device, NaN included.
   GRADZIP_HOST_DEVICE static float median(float* v, std::uint32_t r) {
-    for (std::uint32_t pass = 0; pass < r; ++pass) {
-      for (std::uint32_t j = pass & 1; j + 1 < r; j += 2) compare_exchange(v[j], v[j + 1]);
-    }
+    transposition_sort<1>(v, r);
     return median_of_sorted(v, r);
+  }
+  /// Sorts each of the `Lanes` columns of v (r rows x Lanes, row-major) by the same network of
+  /// compare-exchanges: the host runs 8 lanes at once, the device and the tail one.
+  template <int Lanes>
+  GRADZIP_HOST_DEVICE static void transposition_sort(float* v, std::uint32_t r) {
+    for (std::uint32_t pass = 0; pass < r; ++pass) {
+      for (std::uint32_t j = pass & 1; j + 1 < r; j += 2) {
+        for (int l = 0; l < Lanes; ++l) compare_exchange(v[j * Lanes + l], v[(j + 1) * Lanes + l]);
+      }
+    }
   }
   /// (a, b) <- (min, max) by one comparison, so that a NaN leaves the pair as it was.
   GRADZIP_HOST_DEVICE static void compare_exchange(float& a, float& b) {
@@ -299,9 +307,11 @@ class count_sketch {
     });
   }
 
+  /// Elements hashed (and estimated) together.
+  static constexpr int lanes = 8;
 
-  /// cells[h(i)] += s(i) x_i for i = 0, 1, ..., n - 1 of one row (hashed four indices per
-  /// vector under AVX2, the same buckets and signs).
+  /// cells[h(i)] += s(i) x_i for i = 0, 1, ..., n - 1 of one row (hashed eight indices per
+  /// step under AVX2: the same buckets and signs).
   template <class T>
   void add_row(const T* data, std::uint64_t n, std::uint64_t row_seed, float* cells) const {
     std::uint64_t i = 0;
@@ -309,18 +319,10 @@ class count_sketch {
     if (columns_ < (std::uint64_t{1} << 32)) {
       const gradzip::detail::hash64_avx2 hasher(row_seed, columns_);
       __m256i index = _mm256_setr_epi64x(0, 1, 2, 3);
-      const __m256i four = _mm256_set1_epi64x(4);
-      alignas(32) std::uint64_t hashes[8], buckets[8];
-      for (; i + 8 <= n; i += 8) {
-        const __m256i h0 = hasher.hash(index);
-        index = _mm256_add_epi64(index, four);
-        const __m256i h1 = hasher.hash(index);
-        index = _mm256_add_epi64(index, four);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(hashes), h0);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
-        for (int l = 0; l < 8; ++l) cells[buckets[l]] += apply_sign(static_cast<float>(to_float(data[i + l])), hashes[l]);
+      alignas(32) std::uint64_t hashes[lanes], buckets[lanes];
+      for (; i + lanes <= n; i += lanes) {
+        index = hash_8(hasher, index, hashes, buckets);
+        for (int l = 0; l < lanes; ++l) cells[buckets[l]] += apply_sign(static_cast<float>(to_float(data[i + l])), hashes[l]);
       }
     }
 #endif
@@ -330,26 +332,36 @@ class count_sketch {
     }
   }
 
-  static constexpr int estimate_lanes = 8;
+#if defined(__AVX2__)
+  /// Hashes and buckets of the eight indices `index`, `index` + 4 (four lanes each) into aligned
+  /// arrays; returns the next eight's first four.
+  static __m256i hash_8(const gradzip::detail::hash64_avx2& hasher, __m256i index, std::uint64_t* hashes,
+                        std::uint64_t* buckets) {
+    const __m256i four = _mm256_set1_epi64x(4);
+    const __m256i high = _mm256_add_epi64(index, four);
+    const __m256i h0 = hasher.hash(index), h1 = hasher.hash(high);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hashes), h0);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
+    return _mm256_add_epi64(high, four);
+  }
+#endif
 
   /// Estimates of elements first .. first + 7: each row's eight cells side by side, then
-  /// `median`'s network over the rows lane by lane (the compiler vectorizes it across lanes).
+  /// `median`'s network over the rows, all lanes at once (the compiler vectorizes across lanes).
   template <class T>
   void estimate_lanes_at(const std::uint8_t* table, std::uint64_t first, T* out) const {
-    float values[max_rows][estimate_lanes];
+    float values[max_rows][lanes];
     for (std::uint32_t row = 0; row < rows_; ++row) {
       const std::uint64_t row_seed = hash64(seed_, row);
       const std::uint8_t* cells = table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float);
-      std::uint64_t hashes[estimate_lanes], buckets[estimate_lanes];
+      alignas(32) std::uint64_t hashes[lanes], buckets[lanes];
       hash_lanes(row_seed, first, hashes, buckets);
-      for (int l = 0; l < estimate_lanes; ++l) values[row][l] = apply_sign(load_cell(cells, buckets[l]), hashes[l]);
+      for (int l = 0; l < lanes; ++l) values[row][l] = apply_sign(load_cell(cells, buckets[l]), hashes[l]);
     }
-    for (std::uint32_t pass = 0; pass < rows_; ++pass) {
-      for (std::uint32_t j = pass & 1; j + 1 < rows_; j += 2) {
-        for (int l = 0; l < estimate_lanes; ++l) compare_exchange(values[j][l], values[j + 1][l]);
-      }
-    }
-    for (int l = 0; l < estimate_lanes; ++l) {
+    transposition_sort<lanes>(&values[0][0], rows_);
+    for (int l = 0; l < lanes; ++l) {
       float sorted[max_rows];
       for (std::uint32_t row = 0; row < rows_; ++row) sorted[row] = values[row][l];
       out[l] = from_double<T>(median_of_sorted(sorted, rows_));
@@ -360,19 +372,13 @@ class count_sketch {
   void hash_lanes(std::uint64_t row_seed, std::uint64_t first, std::uint64_t* hashes, std::uint64_t* buckets) const {
 #if defined(__AVX2__)
     if (columns_ < (std::uint64_t{1} << 32)) {
-      const gradzip::detail::hash64_avx2 hasher(row_seed, columns_);
       const auto start = static_cast<long long>(first);
-      const __m256i low = _mm256_setr_epi64x(start, start + 1, start + 2, start + 3);
-      const __m256i high = _mm256_add_epi64(low, _mm256_set1_epi64x(4));
-      const __m256i h0 = hasher.hash(low), h1 = hasher.hash(high);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hashes), h0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
+      hash_8(gradzip::detail::hash64_avx2(row_seed, columns_), _mm256_setr_epi64x(start, start + 1, start + 2, start + 3),
+             hashes, buckets);
       return;
     }
 #endif
-    for (int l = 0; l < estimate_lanes; ++l) {
+    for (int l = 0; l < lanes; ++l) {
       hashes[l] = hash64(row_seed, first + static_cast<std::uint64_t>(l));
       buckets[l] = bucket_of(hashes[l], columns_);
     }

@@ -501,8 +501,8 @@ class codec {
     std::uint8_t* values = base + l.at(section_count - 1).offset;
     using structure_run = detail::structure_backend<Exec, Structure>;
     if constexpr (implicit_indices && bucketed) {  // values into scratch, then buckets over them
-      auto* kept = reinterpret_cast<float*>(exec.scratch(value_scratch_offset(0) + k * sizeof(float)) +
-                                            value_scratch_offset(0));
+      const std::size_t at = value_scratch_offset(0);
+      auto* kept = reinterpret_cast<float*>(exec.scratch(at + k * sizeof(float)) + at);
       detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, detail::values_sink<T>{kept});
       detail::values_backend<Exec>::encode_buckets(exec, values_, static_cast<const float*>(kept), k,
                                                    base + l.at(1).offset, values,
@@ -627,20 +627,20 @@ class codec {
   /// Value j of a parsed payload, widened to double.
   GRADZIP_HOST_DEVICE static double value_at(const detail::payload_view& v, element_type type,
                                              std::uint64_t j) {
+    double value = 0.0;
     if constexpr (bucketed) {
-      const double value = Values::decode(quantize::unpack_code(v.values, Values::bits, j),
-                                          Values::load_record(v.scales, j / Values::bucket));
-      if constexpr (implicit_indices) {  // random-k's unbiasing factor, applied on decode
-        return value * static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
-      } else {
-        return value;
-      }
-    } else if constexpr (implicit_indices) {  // random-k's unbiasing factor, applied on decode
-      return Values::load(v.values, type, j) *
-             static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
+      value = Values::decode(quantize::unpack_code(v.values, Values::bits, j),
+                             Values::load_record(v.scales, j / Values::bucket));
     } else {
-      return Values::load(v.values, type, j);
+      value = Values::load(v.values, type, j);
     }
+    if constexpr (implicit_indices) value *= implicit_scale(v, j);
+    return value;
+  }
+
+  /// Random-k's unbiasing factor for value j of a parsed payload, applied on decode.
+  GRADZIP_HOST_DEVICE static double implicit_scale(const detail::payload_view& v, std::uint64_t j) {
+    return static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
   }
 
   /// The tensor index of payload element j (its own position for a dense structure).
@@ -1097,16 +1097,9 @@ struct payload_backend<host> {
                                                     stored_index<encode::coo>{v.indices, v.index_width},
                                                     out.data(), alpha);
       } else if constexpr (Codec::implicit_indices) {
-        using Structure = typename Codec::structure_type;
-        frame_params params;
-        for (std::uint64_t b = 0; b < Structure::param_bytes; ++b) params.structure[b] = v.structure_params[b];
-        const std::uint64_t n = v.header.element_count;
-        const auto scale = [&](std::uint64_t j) {
-          return static_cast<double>(Structure::value_scale(v.structure_params, n, v.count, j));
-        };
-        values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
-                                                    implicit_index<Structure>{params, n, v.count}, out.data(), alpha,
-                                                    scale);
+        values_backend<host>::decode_groups<Values>(
+            v.scales, v.values, v.count, g.begin, g.end, [&](std::uint64_t j) { return Codec::index_at(v, j); },
+            out.data(), alpha, [&](std::uint64_t j) { return Codec::implicit_scale(v, j); });
       } else {
         values_backend<host>::decode_groups<Values>(v.scales, v.values, v.count, g.begin, g.end,
                                                     identity_index{}, out.data(), alpha);

@@ -97,26 +97,22 @@ struct structure_backend<cuda, sparsify::threshold> {
   /// threshold in device memory), its total left in scratch (device memory).
   template <class T, class Tau>
   static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
-    const std::uint64_t tiles = threshold_tiles::count(x.size());
-    auto* counts = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size())));
-    std::uint64_t* offsets = counts + tiles;
-    std::uint64_t* total = offsets + tiles;
-    threshold_count_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-        x.data(), x.size(), t, counts);
+    const count_scratch c = count_scratch_of<T>(exec, x.size());
+    threshold_count_kernel<<<static_cast<unsigned>(c.tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+        x.data(), x.size(), t, c.counts);
     GRADZIP_CUDA_TRY(cudaGetLastError());
-    void* temp = reinterpret_cast<std::byte*>(total) + 256;
-    std::size_t temp_bytes = exclusive_sum_bytes(exec, tiles);
-    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, offsets, tiles, exec.stream()));
-    threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(offsets, counts, tiles, total);
+    void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
+    std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
+    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, c.counts, c.offsets, c.tiles, exec.stream()));
+    threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(c.offsets, c.counts, c.tiles, c.total);
     GRADZIP_CUDA_TRY(cudaGetLastError());
-    return total;
+    return c.total;
   }
 
   /// A count of zero in the same place, for stages that select nothing without a pass.
   template <class T>
   static const std::uint64_t* zero_count(cuda& exec, std::size_t n) {
-    const std::uint64_t tiles = threshold_tiles::count(n);
-    std::uint64_t* total = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, n))) + 2 * tiles;
+    std::uint64_t* total = count_scratch_of<T>(exec, n).total;
     GRADZIP_CUDA_TRY(cudaMemsetAsync(total, 0, sizeof(std::uint64_t), exec.stream()));
     return total;
   }
@@ -133,11 +129,24 @@ struct structure_backend<cuda, sparsify::threshold> {
   template <class T, class Tau, class Sink>
   static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;
-    const std::uint64_t tiles = threshold_tiles::count(x.size());
-    const auto* offsets = reinterpret_cast<const std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, x.size()))) + tiles;
-    threshold_emit_kernel<<<static_cast<unsigned>(tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-        x.data(), x.size(), t, offsets, sink);
+    const count_scratch c = count_scratch_of<T>(exec, x.size());
+    threshold_emit_kernel<<<static_cast<unsigned>(c.tiles), threshold_tiles::threads, 0, exec.stream()>>>(
+        x.data(), x.size(), t, c.offsets, sink);
     GRADZIP_CUDA_TRY(cudaGetLastError());
+  }
+
+ private:
+  /// The count pass's scratch, in order: per-tile counts, their exclusive sums (the emit's
+  /// offsets), the total, then CUB's scan storage 256 bytes on.
+  struct count_scratch {
+    std::uint64_t tiles;
+    std::uint64_t *counts, *offsets, *total;
+  };
+  template <class T>
+  static count_scratch count_scratch_of(cuda& exec, std::size_t n) {
+    const std::uint64_t tiles = threshold_tiles::count(n);
+    auto* counts = reinterpret_cast<std::uint64_t*>(exec.scratch(workspace_bytes<T>(exec, n)));
+    return {tiles, counts, counts + tiles, counts + 2 * tiles};
   }
 };
 

@@ -73,6 +73,21 @@ void check_parity(const std::vector<T>& x, const Codec& c, gz::cuda& dev) {
   CHECK(std::memcmp(got.data(), expected.data(), got.size()) == 0);
 }
 
+/// The device decodes a host-made payload of n elements to the host's floats, bit for bit.
+template <class Codec>
+void check_decode_parity(const Codec& c, const std::vector<std::byte>& payload, std::size_t n, gz::cuda& dev) {
+  gz::host host;
+  device_vector<std::byte> dp(payload);
+  device_vector<float> dout(n);
+  c.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dout.view());
+  dev.check();
+  std::vector<float> expected(n);
+  c.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(expected));
+  const auto got = dout.download();
+  INFO("n = " << n);
+  CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
+}
+
 template <class T>
 std::vector<T> converted(const std::vector<float>& f) {
   std::vector<T> out(f.size());
@@ -305,15 +320,7 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, gz::codec<gz::sparsify::randomk, gz::quantize::cast_bf16, gz::encode::none>{
                         gz::sparsify::randomk::count(1, 5)}, dev);
     // Decode on the device equals decode on the host.
-    const auto payload = test::compress(dense_bf16{}, host, g);
-    device_vector<std::byte> dp(payload);
-    device_vector<float> dout(n);
-    dense_bf16{}.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dout.view());
-    dev.check();
-    std::vector<float> expected(n);
-    dense_bf16{}.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(expected));
-    const auto got = dout.download();
-    CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
+    check_decode_parity(dense_bf16{}, test::compress(dense_bf16{}, host, g), n, dev);
   }
 }
 
@@ -329,15 +336,7 @@ TEST_CASE("cuda bucketed quantizers over random-k values equal the host's bytes 
     const rk_s2 c{gz::sparsify::randomk::ratio(0.01, 5), s2{9}};
     check_parity(g, c, dev);
     check_parity(g, rk_q{gz::sparsify::randomk::ratio(0.05, 6), gz::quantize::qsgd<7>{4}}, dev);
-    const auto payload = test::compress(c, host, g);
-    device_vector<std::byte> dp(payload);
-    device_vector<float> dout(n);
-    c.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dout.view());
-    dev.check();
-    std::vector<float> expected(n);
-    c.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(expected));
-    INFO("n = " << n);
-    CHECK(dout.download() == expected);
+    check_decode_parity(c, test::compress(c, host, g), n, dev);
   }
 }
 
@@ -378,14 +377,7 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
     const auto got = out.download();
     CHECK(std::memcmp(got.data(), expected.data(), expected.size()) == 0);
     // And the device decodes what the host encoded, to the same floats.
-    device_vector<std::byte> dp(expected);
-    device_vector<float> dout(n);
-    stochastic.decompress(dev, gz::span<const std::byte>(dp.data, expected.size()), dout.view());
-    dev.check();
-    std::vector<float> host_out(n);
-    stochastic.decompress(host, gz::span<const std::byte>(expected), gz::span<float>(host_out));
-    const auto device_out = dout.download();
-    CHECK(std::memcmp(device_out.data(), host_out.data(), n * sizeof(float)) == 0);
+    check_decode_parity(stochastic, expected, n, dev);
   }
 }
 

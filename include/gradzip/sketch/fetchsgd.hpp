@@ -134,13 +134,11 @@ class fetchsgd {
     auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
     wire::write_header(base, l, element_type::f32, count_sketch::id, n_);
     wire::zero_section_padding(base, l);
-    const std::vector<std::byte> frame = zero_sketch();
-    std::memcpy(base + l.at(0).offset, frame.data() + cs_.layout().at(0).offset, count_sketch::params_bytes);
-    std::vector<float> velocity(cells());
-    ops::copy_to_host(exec, velocity_, velocity.data());
-    std::memcpy(base + l.at(1).offset, velocity.data(), cells() * sizeof(float));
+    // S_e's own payload holds the sketch's params and its table: one copy gives both.
     std::vector<std::byte> error(error_sketch_.size());
     ops::copy_to_host(exec, error_sketch_, error.data());
+    std::memcpy(base + l.at(0).offset, error.data() + cs_.layout().at(0).offset, count_sketch::params_bytes);
+    ops::copy_to_host(exec, velocity_, reinterpret_cast<float*>(base + l.at(1).offset));  // sections are aligned
     std::memcpy(base + l.at(2).offset, error.data() + cs_.layout().at(1).offset, cells() * sizeof(float));
     return bytes;
   }

@@ -51,13 +51,18 @@ __global__ inline void loads_kernel(std::uint64_t n, std::uint64_t seed, std::ui
   }
 }
 
+/// Whether sorted[j] breaks the caller's promise: every index below n, strictly increasing.
+__device__ inline bool out_of_order(const std::uint64_t* sorted, std::uint64_t j, std::uint64_t n) {
+  return sorted[j] >= n || (j > 0 && sorted[j] <= sorted[j - 1]);
+}
+
 /// part[j] and position[j] = j for each index, and a flag if the list is not increasing or < n.
 __global__ inline void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
                                       std::uint32_t parts, std::uint32_t* part, std::uint32_t* position, unsigned* bad) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const std::uint64_t i = sorted[j];
-    if (i >= n || (j > 0 && i <= sorted[j - 1])) atomicOr(bad, not_increasing_or_out_of_range);
+    if (out_of_order(sorted, j, n)) atomicOr(bad, not_increasing_or_out_of_range);
     part[j] = partition::part_of(seed, i, parts);
     position[j] = static_cast<std::uint32_t>(j);
   }
@@ -133,7 +138,7 @@ __global__ inline void set_bits_kernel(const std::uint64_t* sorted, std::uint64_
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const std::uint64_t i = sorted[j];
-    if (i >= n || (j > 0 && i <= sorted[j - 1])) {
+    if (out_of_order(sorted, j, n)) {
       atomicOr(bad, not_increasing_or_out_of_range);
     } else if (partition::part_of(seed, i, parts) != p) {
       atomicOr(bad, not_a_member);

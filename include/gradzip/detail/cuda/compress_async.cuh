@@ -42,7 +42,8 @@ struct async_compress_backend<cuda> {
   static void compress(cuda& exec, const Codec& c, span<const T> input, span<std::byte> out, std::uint64_t* size,
                        quantize::compress_context ctx) {
     if constexpr (!Codec::data_dependent_count) {
-      // The layout is known on the host: compress itself does not synchronize.
+      // k is known on the host, so compress lays out the payload without waiting (a staged
+      // index encoding, delta-varint or automatic, still sizes itself with one copy).
       const std::uint64_t bytes = c.compress(exec, input, out, ctx);
       store_size_kernel<<<1, 1, 0, exec.stream()>>>(size, bytes);
     } else {

@@ -103,12 +103,16 @@ class count_sketch {
                                               std::uint64_t columns, std::uint64_t seed) {
     const wire::payload_layout l = layout_for(rows, columns);
     wire::write_header(base, l, element_type::f32, id, n);
-    std::uint8_t* params = base + l.at(0).offset;
+    write_params(base + l.at(0).offset, rows, columns, seed);
+    wire::zero_section_padding(base, l);
+  }
+  /// The params section's params_bytes: u32 rows, u32 0, u64 columns, u64 seed.
+  GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* params, std::uint32_t rows, std::uint64_t columns,
+                                               std::uint64_t seed) {
     for (std::uint64_t b = 0; b < params_bytes; ++b) params[b] = 0;
     wire::detail::store_le(params, rows, 4);
     wire::detail::store_le(params + 8, columns, 8);
     wire::detail::store_le(params + 16, seed, 8);
-    wire::zero_section_padding(base, l);
   }
 
   /// Checks a parsed header against (rows, columns, seed) and, unless `n` is null, the element

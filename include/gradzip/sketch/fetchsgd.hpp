@@ -134,11 +134,10 @@ class fetchsgd {
     auto* base = reinterpret_cast<std::uint8_t*>(bytes.data());
     wire::write_header(base, l, element_type::f32, count_sketch::id, n_);
     wire::zero_section_padding(base, l);
-    // S_e's own payload holds the sketch's params and its table: one copy gives both.
+    count_sketch::write_params(base + l.at(0).offset, cs_.rows(), cs_.columns(), cs_.seed());
+    ops::copy_to_host(exec, velocity_, reinterpret_cast<float*>(base + l.at(1).offset));  // sections are aligned
     std::vector<std::byte> error(error_sketch_.size());
     ops::copy_to_host(exec, error_sketch_, error.data());
-    std::memcpy(base + l.at(0).offset, error.data() + cs_.layout().at(0).offset, count_sketch::params_bytes);
-    ops::copy_to_host(exec, velocity_, reinterpret_cast<float*>(base + l.at(1).offset));  // sections are aligned
     std::memcpy(base + l.at(2).offset, error.data() + cs_.layout().at(1).offset, cells() * sizeof(float));
     return bytes;
   }
@@ -160,11 +159,14 @@ class fetchsgd {
       }
     }
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
-    std::vector<std::byte> error = zero_sketch();
-    auto* frame = reinterpret_cast<std::uint8_t*>(error.data());
-    if (std::memcmp(base + h.sections[0].offset, frame + cs_.layout().at(0).offset, count_sketch::params_bytes) != 0) {
+    std::uint8_t params[count_sketch::params_bytes];
+    count_sketch::write_params(params, cs_.rows(), cs_.columns(), cs_.seed());
+    if (std::memcmp(base + h.sections[0].offset, params, count_sketch::params_bytes) != 0) {
       wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, 0), what);
     }
+    // The caller's bytes may sit at any address: stage both tables on the host.
+    std::vector<std::byte> error = zero_sketch();
+    auto* frame = reinterpret_cast<std::uint8_t*>(error.data());
     std::vector<float> velocity(cells());
     std::memcpy(velocity.data(), base + h.sections[1].offset, cells() * sizeof(float));
     std::memcpy(frame + cs_.layout().at(1).offset, base + h.sections[2].offset, cells() * sizeof(float));

@@ -69,13 +69,15 @@ TEST_CASE("count sketch table equals the plain definition, element by element", 
   std::vector<double> wide(x.begin(), x.end());
   for (std::uint32_t rows : {1u, 3u, 5u}) {
     const sketch::count_sketch cs{rows, 613, 21};
-    std::vector<float> cells(static_cast<std::size_t>(rows) * cs.columns(), 0.0f);
+    // Each cell: its sum over [0, n / 2) plus its sum over [n / 2, n), each in element order.
+    std::vector<float> first(static_cast<std::size_t>(rows) * cs.columns(), 0.0f), second(first), cells(first);
     for (std::uint32_t r = 0; r < rows; ++r) {
       for (std::size_t i = 0; i < n; ++i) {
-        const std::uint64_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
-        cells[cs.cell_of(r, i)] += sketch::count_sketch::sign_of(h) * x[i];
+        const std::uint32_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
+        (i < n / 2 ? first : second)[cs.cell_of(r, i)] += sketch::count_sketch::sign_of(h) * x[i];
       }
     }
+    for (std::size_t j = 0; j < cells.size(); ++j) cells[j] = first[j] + second[j];
     host exec;
     for (const auto& table : {sketch_of(cs, x), [&] {
                                 std::vector<std::byte> out(cs.payload_bytes(n));
@@ -151,6 +153,9 @@ TEST_CASE("count sketch rejects malformed and mismatched sketches", "[count_sket
   rejects(sketch::count_sketch{4, 100, 9}, good, wire::format_errc::bad_params);   // rows
   rejects(sketch::count_sketch{3, 101, 9}, good, wire::format_errc::bad_params);   // columns
   rejects(sketch::count_sketch{3, 100, 10}, good, wire::format_errc::bad_params);  // seed
+  auto old_hash = good;  // hash family 0: hashed before multiply-shift, its buckets are not ours
+  old_hash[wire::read_header(span<const std::byte>(good)).sections[0].offset + 4] = std::byte{0};
+  rejects(cs, old_hash, wire::format_errc::bad_params);
   auto truncated = good;
   truncated.resize(good.size() - 16);
   rejects(cs, truncated, wire::format_errc::truncated);
@@ -168,4 +173,29 @@ TEST_CASE("count sketch rejects malformed and mismatched sketches", "[count_sket
         cs.unsketch(exec, span<const std::byte>(good), 5, span<std::byte>(top)));
   CHECK_THROWS_AS((sketch::count_sketch{0, 10, 1}), invalid_argument);
   CHECK_THROWS_AS((sketch::count_sketch{3, 0, 1}), invalid_argument);
+  CHECK_THROWS_AS((sketch::count_sketch{3, sketch::count_sketch::max_columns + 1, 1}), invalid_argument);
+  CHECK(sketch::count_sketch{3, sketch::count_sketch::max_columns, 1}.columns() == sketch::count_sketch::max_columns);
 }
+
+#if defined(__AVX2__)
+TEST_CASE("count sketch's AVX2 hashing equals multiply_shift and bucket_of", "[count_sketch]") {
+  // High halves other than 0 (tensors above 2^32 elements, too large to sketch in a test) and
+  // runs that end at a low half's last value.
+  using cs = sketch::count_sketch;
+  for (std::uint64_t columns : {std::uint64_t{1}, std::uint64_t{613}, cs::max_columns}) {
+    const multiply_shift f = cs::row_hash(99, 2);
+    for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{1001}, (std::uint64_t{1} << 32) - 8,
+                                (std::uint64_t{3} << 32) + 77, (std::uint64_t{9} << 32) - 8}) {
+      const gradzip::detail::multiply_shift_avx2 hasher(f, first >> 32, columns);
+      alignas(32) std::uint32_t hashes[8], buckets[8];
+      hasher.hash_8(hasher.lanes_from(static_cast<std::uint32_t>(first)), hashes, buckets);
+      for (int l = 0; l < 8; ++l) {
+        const std::uint32_t h = f(first + static_cast<std::uint64_t>(l));
+        CHECK(hashes[l] == h);
+        CHECK(buckets[l] == cs::bucket_of(h, columns));
+        CHECK(buckets[l] < columns);
+      }
+    }
+  }
+}
+#endif

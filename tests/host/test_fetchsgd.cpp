@@ -44,7 +44,7 @@ struct reference {
     for (std::uint64_t i = 0; i < n; ++i) {
       std::vector<float> v;
       for (std::uint32_t r = 0; r < cs.rows(); ++r) {
-        const std::uint64_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
+        const std::uint32_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
         v.push_back(sketch::count_sketch::sign_of(h) * se[r * cs.columns() + sketch::count_sketch::bucket_of(h, cs.columns())]);
       }
       std::sort(v.begin(), v.end());
@@ -120,10 +120,13 @@ TEST_CASE("fetchsgd delivers planted heavy hitters through its error accumulatio
   for (std::size_t p = 0; p < planted.size(); ++p) {
     const float want = (p % 2 == 0 ? 1.0f : -1.0f) * steps;
     INFO("planted " << planted[p] << ": sent " << sent[planted[p]]);
-    CHECK(std::abs(sent[planted[p]] - want) < 0.2f * steps);
+    CHECK(std::abs(sent[planted[p]] - want) < 0.5f * steps);
     delivered += sent[planted[p]] / want / static_cast<double>(planted.size());
   }
-  CHECK(delivered > 0.9);  // measured 0.94: cells shared with other sent coordinates are zeroed
+  // Cells shared with other sent coordinates are zeroed, so delivery varies with the hash: over
+  // sketch seeds 1..12 the mean was 0.905-0.941 and the worst coordinate 0.71-0.85 (0.925 and
+  // 0.75 at this seed).
+  CHECK(delivered > 0.9);
 }
 
 TEST_CASE("fetchsgd save and restore continue bit for bit; bad states are refused", "[fetchsgd]") {

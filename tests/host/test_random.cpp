@@ -84,3 +84,44 @@ TEST_CASE("the host's batched Philox words equal random_word element by element"
     }
   }
 }
+
+TEST_CASE("multiply_shift is multiply-add-shift over the index's two 32-bit halves", "[random]") {
+  __extension__ using u128 = unsigned __int128;
+  for (std::uint64_t key : {std::uint64_t{0}, std::uint64_t{7}, std::uint64_t{0xDEADBEEFCAFEF00Dull}}) {
+    const auto f = gradzip::multiply_shift::from_key(key);
+    CHECK(f.a0 == gradzip::hash64(key, 0));
+    CHECK(f.a1 == gradzip::hash64(key, 1));
+    CHECK(f.b == gradzip::hash64(key, 2));
+    for (std::uint64_t i : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{0xFFFFFFFF}, std::uint64_t{1} << 32,
+                            (std::uint64_t{5} << 32) + 12345, ~std::uint64_t{0}}) {
+      const u128 sum = static_cast<u128>(f.a0) * (i & 0xFFFFFFFFu) + static_cast<u128>(f.a1) * (i >> 32) + f.b;
+      CHECK(f(i) == static_cast<std::uint32_t>(static_cast<std::uint64_t>(sum) >> 32));
+    }
+  }
+}
+
+TEST_CASE("multiply_shift's values of two indices are jointly uniform over its keys", "[random]") {
+  // Strong universality: over the draw of the function, (f(i), f(j)) is uniform for i != j. Here
+  // 2^16 keys, and two 4-bit fields of each value: the top bits (the Count Sketch's sign and
+  // the column's leading bits) and bits 27..30 (the column's alone). A chi-square statistic of
+  // the 16 x 16 joint table has 255 degrees of freedom (mean 255, sd 22.6); 255 + 5 sd = 368.
+  const std::pair<std::uint64_t, std::uint64_t> pairs[] = {
+      {0, 1}, {7, 1000003}, {5, 5 + (std::uint64_t{1} << 32)}, {(std::uint64_t{1} << 33) + 1, 3}, {12, 13}};
+  constexpr int keys = 1 << 16;
+  for (const auto& [i, j] : pairs) {
+    for (int shift : {28, 27}) {
+      std::uint32_t table[16][16] = {};
+      for (int k = 0; k < keys; ++k) {
+        const auto f = gradzip::multiply_shift::from_key(static_cast<std::uint64_t>(k));
+        ++table[(f(i) >> shift) & 15][(f(j) >> shift) & 15];
+      }
+      const double expected = keys / 256.0;
+      double chi2 = 0;
+      for (const auto& row : table) {
+        for (std::uint32_t c : row) chi2 += (c - expected) * (c - expected) / expected;
+      }
+      INFO("indices " << i << ", " << j << ", bits from " << shift);
+      CHECK(chi2 < 368);
+    }
+  }
+}

@@ -3,22 +3,24 @@
  * @brief `sketch::count_sketch`: a rows x columns Count Sketch of a gradient (Charikar et al.
  * 2002; FetchSGD, Rothchild et al. 2020), mergeable by summing, unsketched to its heavy hitters.
  *
- * Row r adds s_r(i) x_i into column h_r(i) of its row, for every element i. The bucket h_r(i)
- * and the sign s_r(i) come from one 64-bit hash of (seed, r, i), computed on the fly: the high
- * bits pick the bucket (multiply-shift onto [0, columns)), bit 0 the sign. SplitMix64's
- * finalizer is not a proven 2- or 4-wise independent family, but it is a bijection with full
- * avalanche; tests/host/test_count_sketch.cpp checks the properties the estimator relies on
- * (linearity, unbiased estimates, recall of planted heavy hitters). Nothing is precomputed:
- * FetchSGD's reference code stores r x n hash tables (about 12 bytes per element per row).
+ * Row r adds s_r(i) x_i into column h_r(i) of its row, for every element i. Both come from one
+ * 32-bit hash f_r(i), computed on the fly: f_r is a multiply-shift function drawn from
+ * (seed, r) (`multiply_shift`, random/hash.hpp), strongly universal, so the pairs
+ * (h_r(i), s_r(i)) are pairwise independent across elements, which is what the estimator's
+ * unbiasedness and variance bound need (Charikar et al. 2002). The top bit is the sign and the
+ * low 31 bits pick the column (multiply-shift onto [0, columns)), so the sign is independent of
+ * the column. Nothing is precomputed: FetchSGD's reference code stores r x n hash tables (about
+ * 12 bytes per element per row).
  *
  * Sketches of the same (rows, columns, seed) and n sum element-wise to the sketch of the summed
  * gradients (`summable`: an allreduce of the table is the sketch of the sum; `merge` adds two on
  * the host). `estimate` gives every element's median-of-rows estimate; `unsketch` returns the k
  * largest estimates as a top-k payload (`codec<sparsify::topk>`), so any gradzip decoder applies
- * it. Each column is summed in increasing element order, so a sketch's bytes do not depend on
- * the thread count.
+ * it. A cell is its sum over the first half of the elements plus its sum over the second half,
+ * each in increasing element order (`half_point`), so a sketch's bytes do not depend on the
+ * executor or the thread count.
  *
- * Payload: codec id 00 06 00 00; params (u32 rows, u32 0, u64 columns, u64 seed), then the table
+ * Payload: codec id 00 06 00 00; params (u32 rows, u32 hash family 1, u64 columns, u64 seed), then the table
  * as rows x columns fp32, row-major. The header's element count is n. Host executor, and on
  * CUDA `compress`, `merge`, `estimate` and `unsketch` (detail/cuda/count_sketch.cuh: a stable
  * sort by column instead of float atomics, the host's bytes).
@@ -61,33 +63,47 @@ class count_sketch {
   static constexpr wire::codec_id id{0, structure_id, 0, 0};
   static constexpr bool summable = true;
   static constexpr std::uint32_t max_rows = 31;
+  /// Columns come from the hash's low 31 bits.
+  static constexpr std::uint64_t max_columns = std::uint64_t{1} << 31;
   static constexpr std::uint64_t params_bytes = 24;
+  /// The params' hash family: 1 = `row_hash` (multiply-shift). Readers refuse any other, so a
+  /// table hashed another way is never unsketched with the wrong buckets.
+  static constexpr std::uint32_t hash_family = 1;
 
   count_sketch(std::uint32_t rows, std::uint64_t columns, std::uint64_t seed)
       : rows_(rows), columns_(columns), seed_(seed) {
     GRADZIP_EXPECTS(rows >= 1 && rows <= max_rows, "count_sketch: rows must be in [1, ", max_rows, "], got ", rows);
-    GRADZIP_EXPECTS(columns >= 1 && columns <= (std::uint64_t{1} << 40), "count_sketch: columns must be in [1, 2^40], got ",
-                    columns);
+    GRADZIP_EXPECTS(columns >= 1 && columns <= max_columns, "count_sketch: columns must be in [1, 2^31], got ", columns);
   }
 
   std::uint32_t rows() const noexcept { return rows_; }
   std::uint64_t columns() const noexcept { return columns_; }
   std::uint64_t seed() const noexcept { return seed_; }
 
-  /// The hash of element i in row r: bucket from the high bits, sign from bit 0.
-  GRADZIP_HOST_DEVICE static std::uint64_t hash_of(std::uint64_t seed, std::uint32_t row, std::uint64_t i) {
-    return hash64(hash64(seed, row), i);
+  /// Row r's hash function f_r.
+  GRADZIP_HOST_DEVICE static multiply_shift row_hash(std::uint64_t seed, std::uint32_t row) {
+    return multiply_shift::from_key(hash64(seed, row));
   }
-  GRADZIP_HOST_DEVICE static std::uint64_t bucket_of(std::uint64_t hash, std::uint64_t columns) {
-    return hash_to_range(hash, columns);
+  /// f_r(i): the column from its low 31 bits, the sign from its top bit.
+  GRADZIP_HOST_DEVICE static std::uint32_t hash_of(std::uint64_t seed, std::uint32_t row, std::uint64_t i) {
+    return row_hash(seed, row)(i);
   }
-  GRADZIP_HOST_DEVICE static float sign_of(std::uint64_t hash) { return (hash & 1) != 0 ? -1.0f : 1.0f; }
+  /// ((hash mod 2^31) columns) >> 31: multiply-shift onto [0, columns), columns <= 2^31.
+  GRADZIP_HOST_DEVICE static std::uint64_t bucket_of(std::uint32_t hash, std::uint64_t columns) {
+    return ((hash & 0x7FFFFFFFu) * columns) >> 31;
+  }
+  GRADZIP_HOST_DEVICE static float sign_of(std::uint32_t hash) { return (hash >> 31) != 0 ? -1.0f : 1.0f; }
   /// sign_of(hash) * v as a flip of v's sign bit: compilers turn a multiply by +-1 into a branch
   /// between two constants, which mispredicts on every other element. Every executor uses it.
-  GRADZIP_HOST_DEVICE static float apply_sign(float v, std::uint64_t hash) {
-    const auto bits = gradzip::detail::bit_cast<std::uint32_t>(v) ^ (static_cast<std::uint32_t>(hash & 1) << 31);
+  GRADZIP_HOST_DEVICE static float apply_sign(float v, std::uint32_t hash) {
+    const auto bits = gradzip::detail::bit_cast<std::uint32_t>(v) ^ (hash & 0x80000000u);
     return gradzip::detail::bit_cast<float>(bits);
   }
+
+  /// A cell is the sum over elements [0, half_point) plus the sum over [half_point, n), each
+  /// taken in increasing element order from 0.0f: a fixed order, whatever the executor and
+  /// thread count, that lets two threads share every row.
+  GRADZIP_HOST_DEVICE static constexpr std::uint64_t half_point(std::uint64_t n) { return n / 2; }
 
   /// The payload layout for a sketch of n elements (its size does not depend on n).
   GRADZIP_HOST_DEVICE static wire::payload_layout layout_for(std::uint32_t rows, std::uint64_t columns) {
@@ -106,11 +122,12 @@ class count_sketch {
     write_params(base + l.at(0).offset, rows, columns, seed);
     wire::zero_section_padding(base, l);
   }
-  /// The params section's params_bytes: u32 rows, u32 0, u64 columns, u64 seed.
+  /// The params section's params_bytes: u32 rows, u32 hash_family, u64 columns, u64 seed.
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* params, std::uint32_t rows, std::uint64_t columns,
                                                std::uint64_t seed) {
     for (std::uint64_t b = 0; b < params_bytes; ++b) params[b] = 0;
     wire::detail::store_le(params, rows, 4);
+    wire::detail::store_le(params + 4, hash_family, 4);
     wire::detail::store_le(params + 8, columns, 8);
     wire::detail::store_le(params + 16, seed, 8);
   }
@@ -125,10 +142,9 @@ class count_sketch {
     if (!frame_ok.ok()) return frame_ok;
     if (h.type != element_type::f32) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
     const std::uint8_t* p = base + h.sections[0].offset;
-    const wire::param_field fields[3] = {{0, 4, rows}, {8, 8, columns}, {16, 8, seed}};
-    const wire::status params_ok = wire::expect_params(p, fields, 3);
+    const wire::param_field fields[4] = {{0, 4, rows}, {4, 4, hash_family}, {8, 8, columns}, {16, 8, seed}};
+    const wire::status params_ok = wire::expect_params(p, fields, 4);
     if (!params_ok.ok()) return params_ok;
-    if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
     const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows) * columns * sizeof(float);
     if (h.sections[1].size != table_bytes) return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes);
     if (n != nullptr && h.element_count != *n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, *n);
@@ -195,18 +211,13 @@ class count_sketch {
     const std::uint64_t n = estimates.size();
     const view v = parse(sketch, &n);
     const std::size_t chunks = gradzip::detail::chunk_count(exec, n);
+    multiply_shift f[max_rows];
+    for (std::uint32_t row = 0; row < rows_; ++row) f[row] = row_hash(seed_, row);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(n, chunks, c);
-      std::uint64_t i = r.begin;
-      for (; i + lanes <= r.end; i += lanes) estimate_lanes_at(v.table, i, estimates.data() + i);
-      float row_values[max_rows];
-      for (; i < r.end; ++i) {
-        for (std::uint32_t row = 0; row < rows_; ++row) {
-          const std::uint64_t h = hash_of(seed_, row, i);
-          row_values[row] = apply_sign(load_cell(v.table, row * columns_ + bucket_of(h, columns_)), h);
-        }
-        estimates[i] = from_double<T>(median(row_values, rows_));
-      }
+      for_each_high_half(r.begin, r.end, [&](std::uint64_t begin, std::uint64_t end) {
+        estimate_range(v.table, f, begin, end, estimates.data());
+      });
     });
   }
 
@@ -295,18 +306,31 @@ class count_sketch {
     return {base + table, h.element_count};
   }
 
-  /// Rows in parallel, each into a float row in scratch (a row's columns are summed in
-  /// increasing element order, whatever the thread count).
+  /// The 2 x rows half-rows in parallel, each into its own float row in scratch, then each
+  /// cell's two halves added. Half-rows rather than rows, so that 2 threads share the work
+  /// evenly for any number of rows (FetchSGD's 5 rows as whole rows split 3 + 2).
   template <class T>
   void sketch_rows(host& exec, span<const T> x, std::uint8_t* table) const {
-    const int threads = std::max(1, std::min(exec.threads(), static_cast<int>(rows_)));
-    auto* scratch = reinterpret_cast<float*>(exec.scratch(static_cast<std::size_t>(threads) * columns_ * sizeof(float)));
+    const std::uint64_t n = x.size(), middle = half_point(n);
+    const std::size_t units = 2 * static_cast<std::size_t>(rows_);  // unit u: row u / 2, half u % 2
+    auto* halves = reinterpret_cast<float*>(exec.scratch(units * columns_ * sizeof(float)));
+    const int threads = std::max(1, std::min(exec.threads(), static_cast<int>(units)));
     gradzip::detail::for_each_chunk(exec, static_cast<std::size_t>(threads), [&](std::size_t t) {
-      for (std::uint32_t row = static_cast<std::uint32_t>(t); row < rows_; row += static_cast<std::uint32_t>(threads)) {
-        float* cells = scratch + t * columns_;
+      for (std::size_t u = t; u < units; u += static_cast<std::size_t>(threads)) {
+        float* cells = halves + u * columns_;
         std::fill(cells, cells + columns_, 0.0f);
-        add_row(x.data(), x.size(), hash64(seed_, row), cells);
-        std::memcpy(table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float), cells, columns_ * sizeof(float));
+        const multiply_shift f = row_hash(seed_, static_cast<std::uint32_t>(u / 2));
+        const std::uint64_t begin = u % 2 == 0 ? 0 : middle, end = u % 2 == 0 ? middle : n;
+        for_each_high_half(begin, end, [&](std::uint64_t b, std::uint64_t e) { add_range(x.data(), f, b, e, cells); });
+      }
+    });
+    const std::uint64_t cells = static_cast<std::uint64_t>(rows_) * columns_;
+    const std::size_t chunks = gradzip::detail::chunk_count(exec, cells);
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(cells, chunks, c);
+      for (std::uint64_t j = r.begin; j < r.end; ++j) {
+        const std::uint64_t row = j / columns_, column = j % columns_;
+        store_cell(table, j, halves[2 * row * columns_ + column] + halves[(2 * row + 1) * columns_ + column]);
       }
     });
   }
@@ -314,77 +338,95 @@ class count_sketch {
   /// Elements hashed (and estimated) together.
   static constexpr int lanes = 8;
 
-  /// cells[h(i)] += s(i) x_i for i = 0, 1, ..., n - 1 of one row (hashed eight indices per
-  /// step under AVX2: the same buckets and signs).
+  /// Calls body(begin', end') on the parts of [begin, end) whose indices share their high 32-bit
+  /// half (multiply_shift's constant a1 hi + b): all of it below 2^32.
+  template <class Body>
+  static void for_each_high_half(std::uint64_t begin, std::uint64_t end, Body&& body) {
+    while (begin < end) {
+      const std::uint64_t part_end = std::min(end, (begin | 0xFFFFFFFFu) + 1);
+      body(begin, part_end);
+      begin = part_end;
+    }
+  }
+
+  /// cells[h(i)] += s(i) x_i for i in [begin, end) of one row, in increasing i (hashed eight
+  /// indices per step under AVX2: the same buckets and signs).
   template <class T>
-  void add_row(const T* data, std::uint64_t n, std::uint64_t row_seed, float* cells) const {
-    std::uint64_t i = 0;
+  void add_range(const T* data, const multiply_shift& f, std::uint64_t begin, std::uint64_t end, float* cells) const {
+    std::uint64_t i = begin;
 #if defined(__AVX2__)
-    if (columns_ < (std::uint64_t{1} << 32)) {
-      const gradzip::detail::hash64_avx2 hasher(row_seed, columns_);
-      __m256i index = _mm256_setr_epi64x(0, 1, 2, 3);
-      alignas(32) std::uint64_t hashes[lanes], buckets[lanes];
-      for (; i + lanes <= n; i += lanes) {
-        index = hash_8(hasher, index, hashes, buckets);
-        for (int l = 0; l < lanes; ++l) cells[buckets[l]] += apply_sign(static_cast<float>(to_float(data[i + l])), hashes[l]);
-      }
+    const gradzip::detail::multiply_shift_avx2 hasher(f, begin >> 32, columns_);
+    __m256i low = hasher.lanes_from(static_cast<std::uint32_t>(begin));
+    alignas(32) std::uint32_t hashes[lanes], buckets[lanes];
+    alignas(32) float signed_values[lanes];
+    const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+    for (; i + lanes <= end; i += lanes) {
+      low = hasher.hash_8(low, hashes, buckets);
+      for (int l = 0; l < lanes; ++l) signed_values[l] = static_cast<float>(to_float(data[i + l]));
+      // apply_sign on all eight at once: a vector xor of the hashes' top bits
+      const __m256i sign = _mm256_and_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(hashes)), sign_bit);
+      _mm256_store_ps(signed_values, _mm256_xor_ps(_mm256_load_ps(signed_values), _mm256_castsi256_ps(sign)));
+      for (int l = 0; l < lanes; ++l) cells[buckets[l]] += signed_values[l];
     }
 #endif
-    for (; i < n; ++i) {
-      const std::uint64_t h = hash64(row_seed, i);
+    for (; i < end; ++i) {
+      const std::uint32_t h = f(i);
       cells[bucket_of(h, columns_)] += apply_sign(static_cast<float>(to_float(data[i])), h);
     }
   }
 
-#if defined(__AVX2__)
-  /// Hashes and buckets of the eight indices `index`, `index` + 4 (four lanes each) into aligned
-  /// arrays; returns the next eight's first four.
-  static __m256i hash_8(const gradzip::detail::hash64_avx2& hasher, __m256i index, std::uint64_t* hashes,
-                        std::uint64_t* buckets) {
-    const __m256i four = _mm256_set1_epi64x(4);
-    const __m256i high = _mm256_add_epi64(index, four);
-    const __m256i h0 = hasher.hash(index), h1 = hasher.hash(high);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hashes), h0);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hashes + 4), h1);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(buckets), hasher.to_range(h0));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(buckets + 4), hasher.to_range(h1));
-    return _mm256_add_epi64(high, four);
-  }
-#endif
-
-  /// Estimates of elements first .. first + 7: each row's eight cells side by side, then
-  /// `median`'s network over the rows, all lanes at once (the compiler vectorizes across lanes).
+  /// out[i] <- the median estimate of element i for i in [begin, end), one high half.
   template <class T>
-  void estimate_lanes_at(const std::uint8_t* table, std::uint64_t first, T* out) const {
-    float values[max_rows][lanes];
-    for (std::uint32_t row = 0; row < rows_; ++row) {
-      const std::uint64_t row_seed = hash64(seed_, row);
-      const std::uint8_t* cells = table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float);
-      alignas(32) std::uint64_t hashes[lanes], buckets[lanes];
-      hash_lanes(row_seed, first, hashes, buckets);
-      for (int l = 0; l < lanes; ++l) values[row][l] = apply_sign(load_cell(cells, buckets[l]), hashes[l]);
+  void estimate_range(const std::uint8_t* table, const multiply_shift* f, std::uint64_t begin, std::uint64_t end,
+                      T* out) const {
+    std::uint64_t i = begin;
+#if defined(__AVX2__)
+    for (; i + lanes <= end; i += lanes) {
+      float values[max_rows][lanes];
+      for (std::uint32_t row = 0; row < rows_; ++row) {
+        const gradzip::detail::multiply_shift_avx2 hasher(f[row], begin >> 32, columns_);
+        alignas(32) std::uint32_t hashes[lanes], buckets[lanes];
+        hasher.hash_8(hasher.lanes_from(static_cast<std::uint32_t>(i)), hashes, buckets);
+        const std::uint8_t* cells = row_cells(table, row);
+        for (int l = 0; l < lanes; ++l) values[row][l] = apply_sign(load_cell(cells, buckets[l]), hashes[l]);
+      }
+      median_lanes(values, out + i);
     }
+#endif
+    for (; i + lanes <= end; i += lanes) {
+      float values[max_rows][lanes];
+      for (std::uint32_t row = 0; row < rows_; ++row) {
+        const std::uint8_t* cells = row_cells(table, row);
+        for (int l = 0; l < lanes; ++l) {
+          const std::uint32_t h = f[row](i + static_cast<std::uint64_t>(l));
+          values[row][l] = apply_sign(load_cell(cells, bucket_of(h, columns_)), h);
+        }
+      }
+      median_lanes(values, out + i);
+    }
+    for (; i < end; ++i) {
+      float row_values[max_rows];
+      for (std::uint32_t row = 0; row < rows_; ++row) {
+        const std::uint32_t h = f[row](i);
+        row_values[row] = apply_sign(load_cell(row_cells(table, row), bucket_of(h, columns_)), h);
+      }
+      out[i] = from_double<T>(median(row_values, rows_));
+    }
+  }
+
+  const std::uint8_t* row_cells(const std::uint8_t* table, std::uint32_t row) const {
+    return table + static_cast<std::uint64_t>(row) * columns_ * sizeof(float);
+  }
+
+  /// `median`'s network over the rows of eight elements side by side (the compiler vectorizes
+  /// across lanes), into out[0 .. 7].
+  template <class T>
+  void median_lanes(float (&values)[max_rows][lanes], T* out) const {
     transposition_sort<lanes>(&values[0][0], rows_);
     for (int l = 0; l < lanes; ++l) {
       float sorted[max_rows];
       for (std::uint32_t row = 0; row < rows_; ++row) sorted[row] = values[row][l];
       out[l] = from_double<T>(median_of_sorted(sorted, rows_));
-    }
-  }
-
-  /// The hashes and buckets of elements first .. first + 7 in one row.
-  void hash_lanes(std::uint64_t row_seed, std::uint64_t first, std::uint64_t* hashes, std::uint64_t* buckets) const {
-#if defined(__AVX2__)
-    if (columns_ < (std::uint64_t{1} << 32)) {
-      const auto start = static_cast<long long>(first);
-      hash_8(gradzip::detail::hash64_avx2(row_seed, columns_), _mm256_setr_epi64x(start, start + 1, start + 2, start + 3),
-             hashes, buckets);
-      return;
-    }
-#endif
-    for (int l = 0; l < lanes; ++l) {
-      hashes[l] = hash64(row_seed, first + static_cast<std::uint64_t>(l));
-      buckets[l] = bucket_of(hashes[l], columns_);
     }
   }
 

@@ -1,12 +1,13 @@
 // count_sketch_backend<cuda>: a deterministic Count Sketch on the GPU, with no float atomics.
 //
-// The format sums each column in increasing element order (the host's loop). Per row, one pass
-// writes every element's (column, signed value); a stable radix sort by column (CUB's LSD sort
+// The format sums each column over each half of the elements in increasing element order, then
+// adds the two (`count_sketch::half_point`, the host's loops). Per row, one pass writes every
+// element's (2 column + half, signed value); a stable radix sort by that key (CUB's LSD sort
 // keeps equal keys in input order, that is in element order); then one thread per column adds
-// its run of sorted values from 0.0f, in order: the host's float operations exactly, so the
-// bytes are the host's. Cost per row: the input read once, the sort (about three passes over
-// 8 n bytes for up to 2^24 columns) and a read of the sorted values; scratch 16 bytes per
-// element plus CUB's. The alternative the issue mentions, a bucket -> elements layout computed
+// its two runs of sorted values from 0.0f, in order, and the two sums: the host's float
+// operations exactly, so the bytes are the host's. Cost per row: the input read once, the sort
+// (about three passes over 8 n bytes for up to 2^23 columns) and a read of the sorted values;
+// scratch 16 bytes per element plus CUB's. The alternative the issue mentions, a bucket -> elements layout computed
 // once and reused every step, would skip the sort at the price of 4 n bytes per row kept alive.
 #pragma once
 
@@ -26,17 +27,18 @@ __global__ inline void frame_kernel(std::uint8_t* base, std::uint64_t n, std::ui
 }
 
 template <class T>
-__global__ void column_and_value_kernel(const T* x, std::uint64_t n, std::uint64_t row_seed, std::uint64_t columns,
-                                        std::uint32_t* column, float* value) {
+__global__ void column_and_value_kernel(const T* x, std::uint64_t n, multiply_shift f, std::uint64_t columns,
+                                        std::uint32_t* key, float* value) {
+  const std::uint64_t middle = cs::half_point(n);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::uint64_t h = hash64(row_seed, i);
-    column[i] = static_cast<std::uint32_t>(cs::bucket_of(h, columns));
+    const std::uint32_t h = f(i);
+    key[i] = static_cast<std::uint32_t>(2 * cs::bucket_of(h, columns) + (i >= middle ? 1 : 0));
     value[i] = cs::apply_sign(static_cast<float>(to_float(x[i])), h);
   }
 }
 
-/// First position in sorted[0, n) whose column is >= c.
+/// First position in sorted[0, n) whose key is >= c.
 __device__ inline std::uint64_t lower_bound(const std::uint32_t* sorted, std::uint64_t n, std::uint64_t c) {
   std::uint64_t lo = 0, hi = n;
   while (lo < hi) {
@@ -50,14 +52,21 @@ __device__ inline std::uint64_t lower_bound(const std::uint32_t* sorted, std::ui
   return lo;
 }
 
-__global__ inline void column_sums_kernel(const std::uint32_t* sorted_column, const float* sorted_value, std::uint64_t n,
+/// The sum from 0.0f, in order, of the sorted values whose key is `key`.
+__device__ inline float run_sum(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
+                                std::uint64_t key) {
+  const std::uint64_t end = lower_bound(sorted_key, n, key + 1);
+  float sum = 0.0f;
+  for (std::uint64_t j = lower_bound(sorted_key, n, key); j < end; ++j) sum += sorted_value[j];
+  return sum;
+}
+
+__global__ inline void column_sums_kernel(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
                                           std::uint64_t columns, float* row) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += stride) {
-    const std::uint64_t end = lower_bound(sorted_column, n, c + 1);
-    float sum = 0.0f;
-    for (std::uint64_t j = lower_bound(sorted_column, n, c); j < end; ++j) sum += sorted_value[j];
-    row[c] = sum;
+    const float first = run_sum(sorted_key, sorted_value, n, 2 * c);
+    row[c] = first + run_sum(sorted_key, sorted_value, n, 2 * c + 1);
   }
 }
 
@@ -141,11 +150,13 @@ __global__ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T
   std::uint64_t table = 0;
   if (!parse_table(bytes, size, n, rows, columns, seed, table, nullptr)) return;
   const auto* cells = reinterpret_cast<const float*>(bytes + table);
+  multiply_shift f[cs::max_rows];
+  for (std::uint32_t r = 0; r < rows; ++r) f[r] = cs::row_hash(seed, r);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float row_values[cs::max_rows];
     for (std::uint32_t r = 0; r < rows; ++r) {
-      const std::uint64_t h = cs::hash_of(seed, r, i);
+      const std::uint32_t h = f[r](i);
       row_values[r] = cs::apply_sign(cells[r * columns + cs::bucket_of(h, columns)], h);
     }
     out[i] = from_double<T>(cs::median(row_values, rows));
@@ -159,18 +170,18 @@ struct count_sketch_backend<cuda> {
   static constexpr unsigned threads = 256;
 
   struct scratch_layout {
-    std::size_t column, sorted_column, value, sorted_value, sort_temp, sort_temp_bytes, total;
+    std::size_t key, sorted_key, value, sorted_value, sort_temp, sort_temp_bytes, total;
   };
   static scratch_layout layout_for(const sketch::count_sketch& s, cuda& exec, std::uint64_t n) {
     std::size_t temp = 0;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<const std::uint32_t*>(nullptr),
                                                      static_cast<std::uint32_t*>(nullptr), static_cast<const float*>(nullptr),
-                                                     static_cast<float*>(nullptr), n, 0, radix_bits(s.columns()),
+                                                     static_cast<float*>(nullptr), n, 0, radix_bits(2 * s.columns()),
                                                      exec.stream()));
     scratch_layout l{};
     const std::size_t words = scratch_aligned(n * 4);
-    l.column = 0;
-    l.sorted_column = words;
+    l.key = 0;
+    l.sorted_key = words;
     l.value = 2 * words;
     l.sorted_value = 3 * words;
     l.sort_temp = 4 * words;
@@ -184,14 +195,8 @@ struct count_sketch_backend<cuda> {
     return layout_for(s, exec, n).total;
   }
 
-  static void expect_columns(const sketch::count_sketch& s, const char* what) {
-    GRADZIP_EXPECTS(s.columns() <= (std::uint64_t{1} << 32), what, ": the CUDA backend handles at most 2^32 columns, got ",
-                    s.columns());
-  }
-
   template <class T>
   static std::size_t compress(const sketch::count_sketch& s, cuda& exec, span<const T> x, span<std::byte> out) {
-    expect_columns(s, "count_sketch::compress");
     const wire::payload_layout l = s.layout();
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "count_sketch::compress: output holds ", out.size(),
                     " bytes, the sketch needs ", l.total_bytes());
@@ -201,21 +206,21 @@ struct count_sketch_backend<cuda> {
     count_sketch_device::frame_kernel<<<1, 1, 0, exec.stream()>>>(base, n, s.rows(), s.columns(), s.seed());
     const scratch_layout sl = layout_for(s, exec, n);
     std::byte* scratch = exec.scratch(sl.total);
-    auto* column = reinterpret_cast<std::uint32_t*>(scratch + sl.column);
-    auto* sorted_column = reinterpret_cast<std::uint32_t*>(scratch + sl.sorted_column);
+    auto* key = reinterpret_cast<std::uint32_t*>(scratch + sl.key);
+    auto* sorted_key = reinterpret_cast<std::uint32_t*>(scratch + sl.sorted_key);
     auto* value = reinterpret_cast<float*>(scratch + sl.value);
     auto* sorted_value = reinterpret_cast<float*>(scratch + sl.sorted_value);
     auto* table = reinterpret_cast<float*>(base + l.at(1).offset);
     for (std::uint32_t r = 0; r < s.rows(); ++r) {
       if (n > 0) {
         count_sketch_device::column_and_value_kernel<T><<<grid_for(exec, n), threads, 0, exec.stream()>>>(
-            x.data(), n, hash64(s.seed(), r), s.columns(), column, value);
+            x.data(), n, sketch::count_sketch::row_hash(s.seed(), r), s.columns(), key, value);
         std::size_t temp = sl.sort_temp_bytes;
-        GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, column, sorted_column, value,
-                                                         sorted_value, n, 0, radix_bits(s.columns()), exec.stream()));
+        GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, key, sorted_key, value,
+                                                         sorted_value, n, 0, radix_bits(2 * s.columns()), exec.stream()));
       }
       count_sketch_device::column_sums_kernel<<<grid_for(exec, s.columns()), threads, 0, exec.stream()>>>(
-          sorted_column, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
+          sorted_key, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
     }
     GRADZIP_CUDA_TRY(cudaGetLastError());
     return l.total_bytes();

@@ -34,11 +34,13 @@ __global__ inline void accumulate_kernel(const std::uint8_t* summed, std::uint64
 __global__ inline void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
                                           std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
+  multiply_shift f[cs::max_rows];
+  for (std::uint32_t r = 0; r < rows; ++r) f[r] = cs::row_hash(seed, r);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     if (delta[i] == 0.0f) continue;
     for (std::uint32_t r = 0; r < rows; ++r) {
-      const std::uint64_t j = r * columns + cs::bucket_of(cs::hash_of(seed, r, i), columns);
+      const std::uint64_t j = r * columns + cs::bucket_of(f[r](i), columns);
       atomicExch(velocity + j, 0.0f);
       atomicExch(error + j, 0.0f);
     }

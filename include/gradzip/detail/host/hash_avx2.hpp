@@ -1,7 +1,7 @@
-// `hash64` and `hash_to_range` (random/hash.hpp) for four consecutive indices per AVX2 vector,
-// bit for bit the scalar results: the host Count Sketch is bound by its hashes (three 64-bit
-// multiplies per element and row, all on the one scalar multiplier), and AVX2's four 32 x 32
-// multipliers per instruction do the same work in about two thirds of the time.
+// `multiply_shift` (random/hash.hpp) and the Count Sketch's bucket reduction for eight
+// consecutive indices per step under AVX2, bit for bit the scalar results. Indices are grouped
+// by their high 32-bit half, so a1 hi + b is one constant and each index costs the 64 x 32-bit
+// product a0 lo: two 32 x 32 multiplies, four indices per instruction. The bucket is one more.
 #pragma once
 
 #if defined(__AVX2__)
@@ -13,45 +13,53 @@
 
 namespace gradzip::detail {
 
-class hash64_avx2 {
+class multiply_shift_avx2 {
  public:
-  /// Hashes of (seed, i) mapped to [0, range); range must be below 2^32.
-  hash64_avx2(std::uint64_t seed, std::uint64_t range)
-      : offset_(set(static_cast<std::uint64_t>((seed + 1) * golden_gamma))),
-        m1_low_(set(mix1 & 0xFFFFFFFFu)), m1_high_(set(mix1 >> 32)),
-        m2_low_(set(mix2 & 0xFFFFFFFFu)), m2_high_(set(mix2 >> 32)), range_(set(range)) {}
+  /// f on the indices whose high half is `high`; buckets ((f mod 2^31) columns) >> 31, which
+  /// needs columns <= 2^31.
+  multiply_shift_avx2(const multiply_shift& f, std::uint64_t high, std::uint64_t columns)
+      : a_low_(set(f.a0 & 0xFFFFFFFFu)), a_high_(set(f.a0 >> 32)), offset_(set(f.offset(high))), columns_(set(columns)) {}
 
-  /// hash64(seed, i) for the four indices in `index`.
-  __m256i hash(__m256i index) const {
-    __m256i z = _mm256_add_epi64(index, offset_);
-    z = multiply(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), m1_low_, m1_high_);
-    z = multiply(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), m2_low_, m2_high_);
-    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+  /// The first four low halves of a run starting at low half `first` (the next four are + 4).
+  static __m256i lanes_from(std::uint32_t first) {
+    const auto f = static_cast<long long>(first);
+    return _mm256_setr_epi64x(f, f + 1, f + 2, f + 3);
   }
 
-  /// hash_to_range(h, range) for range < 2^32: (h_high range + (h_low range >> 32)) >> 32, which
-  /// cannot overflow 64 bits.
-  __m256i to_range(__m256i h) const {
-    const __m256i high = _mm256_mul_epu32(_mm256_srli_epi64(h, 32), range_);
-    const __m256i low = _mm256_srli_epi64(_mm256_mul_epu32(h, range_), 32);
-    return _mm256_srli_epi64(_mm256_add_epi64(high, low), 32);
+  /// Hashes and buckets of the eight indices with low halves `low`, `low` + 4 (lanes of 64 bits;
+  /// a run never wraps a low half) as 32-bit words in index order; returns the next eight's `low`.
+  __m256i hash_8(__m256i low, std::uint32_t* hashes, std::uint32_t* buckets) const {
+    const __m256i four = _mm256_set1_epi64x(4);
+    const __m256i high = _mm256_add_epi64(low, four);
+    const __m256i h = pack(hash(low), hash(high));
+    const __m256i even = bucket(h), odd = bucket(_mm256_srli_epi64(h, 32));
+    const __m256i b = _mm256_or_si256(even, _mm256_slli_epi64(odd, 32));  // b0 b1 b2 ... in order
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hashes), h);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(buckets), b);
+    return _mm256_add_epi64(high, four);
   }
 
  private:
-  // SplitMix64's multipliers (random/hash.hpp's mix64).
-  static constexpr std::uint64_t mix1 = 0xBF58476D1CE4E5B9ull;
-  static constexpr std::uint64_t mix2 = 0x94D049BB133111EBull;
-
   static __m256i set(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
 
-  /// a * m mod 2^64 from three 32 x 32 products (the high x high one falls off the top).
-  static __m256i multiply(__m256i a, __m256i m_low, __m256i m_high) {
-    const __m256i low = _mm256_mul_epu32(a, m_low);
-    const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), m_low), _mm256_mul_epu32(a, m_high));
-    return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
+  /// f of four low halves, in the low 32 bits of each 64-bit lane (upper bits zero).
+  __m256i hash(__m256i low) const {
+    const __m256i product =
+        _mm256_add_epi64(_mm256_mul_epu32(low, a_low_), _mm256_slli_epi64(_mm256_mul_epu32(low, a_high_), 32));
+    return _mm256_srli_epi64(_mm256_add_epi64(product, offset_), 32);
+  }
+  /// Buckets of the hashes in the even 32-bit lanes of h, in the low halves of 64-bit lanes.
+  __m256i bucket(__m256i h) const {
+    const __m256i low31 = _mm256_set1_epi64x(0x7FFFFFFF);
+    return _mm256_srli_epi64(_mm256_mul_epu32(_mm256_and_si256(h, low31), columns_), 31);
+  }
+  /// Eight 32-bit words in order from the low halves of a's and b's 64-bit lanes.
+  static __m256i pack(__m256i a, __m256i b) {
+    const __m256i interleaved = _mm256_or_si256(a, _mm256_slli_epi64(b, 32));  // a0 b0 a1 b1 ...
+    return _mm256_permutevar8x32_epi32(interleaved, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
   }
 
-  __m256i offset_, m1_low_, m1_high_, m2_low_, m2_high_, range_;
+  __m256i a_low_, a_high_, offset_, columns_;
 };
 
 }  // namespace gradzip::detail

@@ -293,12 +293,14 @@ struct delta_varint {
       hi = _mm_add_epi64(_mm_add_epi64(hi, _mm_slli_si128(hi, 8)), _mm_unpackhi_epi64(lo, lo));
       lo = _mm_add_epi64(lo, before);
       hi = _mm_add_epi64(hi, before);
-      const auto i3 = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
-      if (!canonical || i3 >= n) break;  // no wrap: base <= n < 2^32 and gaps < 2^32
-      f(j, static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)));
-      f(j + 1, static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1)));
-      f(j + 2, static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)));
-      f(j + 3, i3);
+      alignas(16) std::uint64_t index[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(index), lo);
+      _mm_store_si128(reinterpret_cast<__m128i*>(index + 2), hi);
+      if (!canonical || index[3] >= n) break;  // no wrap: base <= n < 2^32 and gaps < 2^32
+      f(j, index[0]);
+      f(j + 1, index[1]);
+      f(j + 2, index[2]);
+      f(j + 3, index[3]);
       before = _mm_unpackhi_epi64(hi, hi);
       at += total;
     }

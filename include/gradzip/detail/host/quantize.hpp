@@ -239,6 +239,7 @@ struct values_backend<host> {
       for (std::uint64_t b = mine.begin; b < mine.end; ++b) {
         const std::uint64_t begin = b * Values::bucket;
         const std::uint64_t end = std::min<std::uint64_t>(count, begin + Values::bucket);
+        prefetch_next_bucket(x, end, std::min<std::uint64_t>(count, end + Values::bucket));
         const auto record = Values::make_record(bucket_statistics<Values>(x, begin, end), end - begin);
         Values::store_record(scales, b, record);
         for (std::uint64_t g = begin; g < end; g += block) {
@@ -248,25 +249,36 @@ struct values_backend<host> {
     });
   }
 
+  /// Asks for x[begin, end) ahead of its statistics pass: the current bucket's codes are
+  /// computed from cache meanwhile, so its read overlaps that work.
+  template <class T>
+  static void prefetch_next_bucket(const T* x, std::uint64_t begin, std::uint64_t end) {
+    const auto* from = reinterpret_cast<const char*>(x + begin);
+    const auto* to = reinterpret_cast<const char*>(x + end);
+    for (const char* p = from; p < to; p += 64) __builtin_prefetch(p);
+  }
+
   /// Codes for x[g, g + m) (g a multiple of 32, m <= block), written as packed groups.
   template <class Values, class T, class IndexOf>
   static void encode_block(const Values& values, const T* x, std::uint64_t g, std::uint64_t m,
                            const typename Values::record& record, std::uint8_t* codes,
                            IndexOf index_of, quantize::compress_context ctx) {
-    std::uint32_t random[block];
+    alignas(16) typename Values::code_type code[block];
     if constexpr (Values::stochastic) {
+      std::uint32_t random[block];
       if constexpr (std::is_same_v<IndexOf, identity_index>) {
         consecutive_philox_words(values.seed, ctx, g, (m + 3) / 4 * 4, random);
       } else {
         for (std::uint64_t j = 0; j < m; ++j) random[j] = quantize::element_random(values, index_of(g + j), ctx);
       }
-    } else {
-      std::fill(random, random + m, 0u);
-    }
-    alignas(16) typename Values::code_type code[block];
-    for (std::uint64_t j = 0; j < m; ++j) {
-      code[j] = static_cast<typename Values::code_type>(
-          values.encode(static_cast<float>(to_float(x[g + j])), record, random[j]));
+      for (std::uint64_t j = 0; j < m; ++j) {
+        code[j] = static_cast<typename Values::code_type>(
+            values.encode(static_cast<float>(to_float(x[g + j])), record, random[j]));
+      }
+    } else {  // deterministic stages ignore the word
+      for (std::uint64_t j = 0; j < m; ++j) {
+        code[j] = static_cast<typename Values::code_type>(values.encode(static_cast<float>(to_float(x[g + j])), record, 0u));
+      }
     }
     const std::uint64_t padded = (m + 31) / 32 * 32;
     std::fill(code + m, code + padded, typename Values::code_type{0});

@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
+#include "gradzip/detail/host/quantize.hpp"
 
 using namespace gradzip;
 using quantize::rounding;
@@ -194,4 +196,33 @@ TEST_CASE("malformed uniform payloads are rejected", "[uniform]") {
   q = p;
   wire::detail::store_le(reinterpret_cast<std::uint8_t*>(q.data()) + 72 + 16, 16, 8);  // scales 8 -> 16
   expect(dense_uniform<4>{}, q, wire::format_errc::bad_section_size);
+}
+
+TEST_CASE("the host's group packing and unpacking agree with the portable bit planes", "[uniform]") {
+  // detail::pack_32 / unpack_32 (SSE2 and AVX2 paths where compiled) against pack_group and
+  // unpack_code, for every width and for byte and 16-bit codes.
+  std::mt19937 rng(11);
+  for (int bits = 1; bits <= 16; ++bits) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::uint16_t wide[32];
+      for (auto& c : wide) c = static_cast<std::uint16_t>(rng() & ((1u << bits) - 1));
+      std::uint32_t words[16], reference[16];
+      quantize::pack_group(wide, 32, bits, reference);
+      gradzip::detail::pack_32(wide, bits, words);
+      REQUIRE(std::equal(words, words + bits, reference));
+      std::uint16_t back[32];
+      gradzip::detail::unpack_32(reinterpret_cast<const std::uint8_t*>(words), bits, back);
+      REQUIRE(std::equal(back, back + 32, wide));
+      if (bits > 8) continue;
+      std::uint8_t narrow[32], narrow_back[32];
+      for (int l = 0; l < 32; ++l) narrow[l] = static_cast<std::uint8_t>(wide[l]);
+      gradzip::detail::pack_32(narrow, bits, words);
+      REQUIRE(std::equal(words, words + bits, reference));
+      gradzip::detail::unpack_32(reinterpret_cast<const std::uint8_t*>(words), bits, narrow_back);
+      for (int l = 0; l < 32; ++l) {
+        REQUIRE(narrow_back[l] == narrow[l]);
+        REQUIRE(narrow_back[l] == quantize::unpack_code(reinterpret_cast<const std::uint8_t*>(words), bits, l));
+      }
+    }
+  }
 }

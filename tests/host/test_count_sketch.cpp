@@ -92,6 +92,38 @@ TEST_CASE("count sketch table equals the plain definition, element by element", 
   }
 }
 
+TEST_CASE("count sketch estimates equal the plain median of the rows' signed cells", "[count_sketch]") {
+  // n spans several 512-element tiles and ends inside one and inside an eight-lane group; even
+  // row counts take the mean of the two middle values.
+  const std::size_t n = 1237;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 4);
+  for (std::uint32_t rows : {1u, 2u, 4u, 5u}) {
+    const sketch::count_sketch cs{rows, 97, 3};
+    const auto table = sketch_of(cs, x);
+    const std::uint8_t* t = cs.table_of(span<const std::byte>(table));
+    for (int threads : {1, 2}) {
+      host exec(threads);
+      std::vector<float> estimates(n);
+      cs.estimate(exec, span<const std::byte>(table), span<float>(estimates));
+      std::size_t differing = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<float> v;
+        for (std::uint32_t r = 0; r < rows; ++r) {
+          const std::uint32_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
+          v.push_back(sketch::count_sketch::sign_of(h) * sketch::count_sketch::load_cell(t, cs.cell_of(r, i)));
+        }
+        std::sort(v.begin(), v.end());
+        const float want = rows % 2 == 1 ? v[rows / 2] : 0.5f * (v[rows / 2 - 1] + v[rows / 2]);
+        if (estimates[i] != want && differing++ == 0) {
+          UNSCOPED_INFO("first difference: element " << i << ", " << estimates[i] << " != " << want);
+        }
+      }
+      INFO("rows " << rows << ", threads " << threads);
+      CHECK(differing == 0);
+    }
+  }
+}
+
 TEST_CASE("count sketch bytes do not depend on the thread count", "[count_sketch]") {
   const auto x = gradzip_tools::synthetic_gradient<float>(100003, 5);
   for (std::uint32_t rows : {1u, 3u, 5u, 8u}) {

@@ -84,6 +84,10 @@ class count_sketch {
   GRADZIP_HOST_DEVICE static multiply_shift row_hash(std::uint64_t seed, std::uint32_t row) {
     return multiply_shift::from_key(hash64(seed, row));
   }
+  /// f[r] <- row_hash(seed, r) for r < rows (f holds max_rows): computed once per pass.
+  GRADZIP_HOST_DEVICE static void row_hashes(std::uint64_t seed, std::uint32_t rows, multiply_shift* f) {
+    for (std::uint32_t r = 0; r < rows; ++r) f[r] = row_hash(seed, r);
+  }
   /// f_r(i): the column from its low 31 bits, the sign from its top bit.
   GRADZIP_HOST_DEVICE static std::uint32_t hash_of(std::uint64_t seed, std::uint32_t row, std::uint64_t i) {
     return row_hash(seed, row)(i);
@@ -212,7 +216,7 @@ class count_sketch {
     const view v = parse(sketch, &n);
     const std::size_t chunks = gradzip::detail::chunk_count(exec, n);
     multiply_shift f[max_rows];
-    for (std::uint32_t row = 0; row < rows_; ++row) f[row] = row_hash(seed_, row);
+    row_hashes(seed_, rows_, f);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(n, chunks, c);
       for_each_high_half(r.begin, r.end, [&](std::uint64_t begin, std::uint64_t end) {
@@ -287,8 +291,9 @@ class count_sketch {
     a = low;
     b = high;
   }
-  GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t r) {
-    return r % 2 == 1 ? v[r / 2] : 0.5f * (v[r / 2 - 1] + v[r / 2]);
+  /// The median of r sorted values v[0], v[stride], ..., v[(r - 1) stride].
+  GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t r, std::uint64_t stride = 1) {
+    return r % 2 == 1 ? v[r / 2 * stride] : 0.5f * (v[(r / 2 - 1) * stride] + v[r / 2 * stride]);
   }
 
  private:
@@ -387,7 +392,7 @@ class count_sketch {
       const std::uint64_t m = std::min<std::uint64_t>(tile, end - i);
       for (std::uint32_t row = 0; row < rows_; ++row) gather_row(row_cells(table, row), f[row], i, m, values[row]);
       transposition_sort<tile>(&values[0][0], rows_);
-      for (std::uint64_t l = 0; l < m; ++l) out[i + l] = from_double<T>(median_of_tile(values, l));
+      for (std::uint64_t l = 0; l < m; ++l) out[i + l] = from_double<T>(median_of_sorted(&values[0][l], rows_, tile));
     }
   }
 
@@ -412,12 +417,6 @@ class count_sketch {
       v[l] = apply_sign(load_cell(cells, bucket_of(h, columns_)), h);
     }
     std::fill(v + m, v + tile, 0.0f);
-  }
-
-  /// median_of_sorted of lane l of a sorted tile (the same float operations).
-  float median_of_tile(const float (&values)[max_rows][tile], std::uint64_t l) const {
-    const std::uint32_t r = rows_;
-    return r % 2 == 1 ? values[r / 2][l] : 0.5f * (values[r / 2 - 1][l] + values[r / 2][l]);
   }
 
   const std::uint8_t* row_cells(const std::uint8_t* table, std::uint32_t row) const {

@@ -7,8 +7,9 @@
 // its two runs of sorted values from 0.0f, in order, and the two sums: the host's float
 // operations exactly, so the bytes are the host's. Cost per row: the input read once, the sort
 // (about three passes over 8 n bytes for up to 2^23 columns) and a read of the sorted values;
-// scratch 16 bytes per element plus CUB's. The alternative the issue mentions, a bucket -> elements layout computed
-// once and reused every step, would skip the sort at the price of 4 n bytes per row kept alive.
+// scratch 16 bytes per element plus CUB's. The alternative the issue mentions, a bucket ->
+// elements layout computed once and reused every step, would skip the sort at the price of
+// 4 n bytes per row kept alive.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -151,7 +152,7 @@ __global__ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T
   if (!parse_table(bytes, size, n, rows, columns, seed, table, nullptr)) return;
   const auto* cells = reinterpret_cast<const float*>(bytes + table);
   multiply_shift f[cs::max_rows];
-  for (std::uint32_t r = 0; r < rows; ++r) f[r] = cs::row_hash(seed, r);
+  cs::row_hashes(seed, rows, f);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float row_values[cs::max_rows];

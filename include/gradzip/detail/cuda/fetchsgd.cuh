@@ -35,7 +35,7 @@ __global__ inline void forget_sent_kernel(const float* delta, std::uint64_t n, s
                                           std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   multiply_shift f[cs::max_rows];
-  for (std::uint32_t r = 0; r < rows; ++r) f[r] = cs::row_hash(seed, r);
+  cs::row_hashes(seed, rows, f);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     if (delta[i] == 0.0f) continue;

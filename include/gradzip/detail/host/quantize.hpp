@@ -311,6 +311,12 @@ struct values_backend<host> {
                            const typename Values::record& record, std::uint8_t* codes,
                            IndexOf index_of, quantize::compress_context ctx) {
     alignas(16) typename Values::code_type code[block];
+    const auto encode_all = [&](auto word_of) {
+      for (std::uint64_t j = 0; j < m; ++j) {
+        code[j] = static_cast<typename Values::code_type>(
+            values.encode(static_cast<float>(to_float(x[g + j])), record, word_of(j)));
+      }
+    };
     if constexpr (Values::stochastic) {
       std::uint32_t random[block];
       if constexpr (std::is_same_v<IndexOf, identity_index>) {
@@ -318,14 +324,9 @@ struct values_backend<host> {
       } else {
         for (std::uint64_t j = 0; j < m; ++j) random[j] = quantize::element_random(values, index_of(g + j), ctx);
       }
-      for (std::uint64_t j = 0; j < m; ++j) {
-        code[j] = static_cast<typename Values::code_type>(
-            values.encode(static_cast<float>(to_float(x[g + j])), record, random[j]));
-      }
-    } else {  // deterministic stages ignore the word
-      for (std::uint64_t j = 0; j < m; ++j) {
-        code[j] = static_cast<typename Values::code_type>(values.encode(static_cast<float>(to_float(x[g + j])), record, 0u));
-      }
+      encode_all([&](std::uint64_t j) { return random[j]; });
+    } else {
+      encode_all([](std::uint64_t) { return 0u; });  // deterministic stages ignore the word
     }
     const std::uint64_t padded = (m + 31) / 32 * 32;
     std::fill(code + m, code + padded, typename Values::code_type{0});

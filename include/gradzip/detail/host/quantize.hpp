@@ -227,7 +227,6 @@ class philox_avx2 {
 /// The same words as `random_word` either way; tests/host/test_random.cpp checks it.
 inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_context ctx,
                                      std::uint64_t first, std::uint64_t count, std::uint32_t* out) {
-  const std::uint32_t key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32);
   int b = 0;
   const int blocks = static_cast<int>(count / 4);
 #if defined(__AVX2__)
@@ -246,7 +245,7 @@ inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_cont
     c2[r] = ctx.step;
     c3[r] = ctx.tensor_id;
   }
-  std::uint32_t k0 = key0, k1 = key1;
+  auto k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     for (int r = 0; r < rest; ++r) {
       const std::uint64_t p0 = static_cast<std::uint64_t>(philox_m0) * c0[r];

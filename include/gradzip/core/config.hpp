@@ -16,6 +16,19 @@
 #define GRADZIP_HOST_DEVICE
 #endif
 
+/// Whether the calling code runs as CUDA device code: nvcc's device pass, or a kernel under the
+/// CPU SIMT backend that runs gradzip's device tests without a GPU (tests/simt, which defines
+/// GRADZIP_SIMT). A device-only path (an aligned typed store, say) is chosen by
+/// `if (GRADZIP_DEVICE_CODE())`, so the SIMT backend executes the path a GPU would; `__CUDA_ARCH__`
+/// stays only around intrinsics with an exact host twin.
+#if defined(__CUDA_ARCH__)
+#define GRADZIP_DEVICE_CODE() true
+#elif defined(GRADZIP_SIMT)
+#define GRADZIP_DEVICE_CODE() (::gradzip_simt::in_kernel())
+#else
+#define GRADZIP_DEVICE_CODE() false
+#endif
+
 #define GRADZIP_VERSION_MAJOR 0
 #define GRADZIP_VERSION_MINOR 1
 #define GRADZIP_VERSION_PATCH 0

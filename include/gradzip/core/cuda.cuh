@@ -48,6 +48,8 @@
 /// The no-throw twin for destructors: the error is dropped (and cleared).
 #define GRADZIP_CUDA_TRY_NO_THROW(call) static_cast<void>(call)
 
+#include "gradzip/detail/cuda/launch.cuh"
+
 namespace gradzip {
 
 class cuda {
@@ -160,7 +162,7 @@ class device_buffer {
 };
 
 /// Blocks for a grid-stride loop over n items: enough to fill the GPU, no more than needed.
-inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = 256,
+inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = block_threads,
                          unsigned blocks_per_sm = 8) {
   const std::uint64_t needed = (n + block - 1) / block;
   const std::uint64_t cap = static_cast<std::uint64_t>(exec.sm_count()) * blocks_per_sm;

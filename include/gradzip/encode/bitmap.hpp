@@ -59,11 +59,8 @@ struct bitmap {
   }
 
   GRADZIP_HOST_DEVICE static std::uint64_t load_word(const std::uint8_t* section, std::uint64_t w) {
-#if defined(__CUDA_ARCH__)  // device payload sections are 16-byte aligned
-    return reinterpret_cast<const std::uint64_t*>(section)[w];
-#else
+    if (GRADZIP_DEVICE_CODE()) return reinterpret_cast<const std::uint64_t*>(section)[w];  // 16-byte aligned
     return wire::detail::load_le(section + w * 8, 8);
-#endif
   }
 
   /// Set bits in words [w0, w1); fails if the last word of the bitmap sets a bit at or past n.

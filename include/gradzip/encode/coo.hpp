@@ -58,28 +58,26 @@ struct coo {
   /// Stores index `index` at position `pos` of an index section of width `width`.
   GRADZIP_HOST_DEVICE static void store(std::uint8_t* section, int width, std::uint64_t pos,
                                         std::uint64_t index) {
-#if defined(__CUDA_ARCH__)  // device payloads are 16-byte aligned: typed stores
-    if (width == 4) {
-      reinterpret_cast<std::uint32_t*>(section)[pos] = static_cast<std::uint32_t>(index);
-    } else {
-      reinterpret_cast<std::uint64_t*>(section)[pos] = index;
-    }
-#else  // host buffers may sit at any address
-    if (width == 4) {
+    if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned: typed stores
+      if (width == 4) {
+        reinterpret_cast<std::uint32_t*>(section)[pos] = static_cast<std::uint32_t>(index);
+      } else {
+        reinterpret_cast<std::uint64_t*>(section)[pos] = index;
+      }
+    } else if (width == 4) {  // host buffers may sit at any address
       const auto v = static_cast<std::uint32_t>(index);
       std::memcpy(section + pos * 4, &v, 4);
     } else {
       std::memcpy(section + pos * 8, &index, 8);
     }
-#endif
   }
 
   GRADZIP_HOST_DEVICE static std::uint64_t load(const std::uint8_t* section, int width,
                                                 std::uint64_t pos) {
-#if defined(__CUDA_ARCH__)
-    if (width == 4) return reinterpret_cast<const std::uint32_t*>(section)[pos];
-    return reinterpret_cast<const std::uint64_t*>(section)[pos];
-#else
+    if (GRADZIP_DEVICE_CODE()) {
+      if (width == 4) return reinterpret_cast<const std::uint32_t*>(section)[pos];
+      return reinterpret_cast<const std::uint64_t*>(section)[pos];
+    }
     if (width == 4) {
       std::uint32_t v;
       std::memcpy(&v, section + pos * 4, 4);
@@ -88,7 +86,6 @@ struct coo {
     std::uint64_t v;
     std::memcpy(&v, section + pos * 8, 8);
     return v;
-#endif
   }
 };
 

@@ -191,10 +191,12 @@ struct delta_varint {
     std::uint64_t at = begin;
     std::uint64_t j = c * chunk;
 #if defined(GRADZIP_DELTA_VARINT_SSE)
-    if (width == 4 && end + 16 <= data_size) j = decode_groups4_sse(data, control, j, last, end, n, at, base, f);
+    if (!GRADZIP_DEVICE_CODE() && width == 4 && end + 16 <= data_size) {
+      j = decode_groups4_sse(data, control, j, last, end, n, at, base, f);
+    }
 #endif
-#if !defined(__CUDA_ARCH__)
-    if (width == 4 && wide_loads) j = decode_groups4(data, control, j, last, end, n, at, base, f);
+#if !defined(__CUDA_ARCH__)  // host-only fast path (the SIMT backend runs the device's loop)
+    if (!GRADZIP_DEVICE_CODE() && width == 4 && wide_loads) j = decode_groups4(data, control, j, last, end, n, at, base, f);
 #endif
     for (; j < last; j += 4) {
       const unsigned ctrl = control[j / 4];
@@ -320,7 +322,7 @@ struct delta_varint {
   /// A gap of `len` bytes; `wide` says 8 bytes may be read (one load, then a mask).
   GRADZIP_HOST_DEVICE static std::uint64_t load_gap(const std::uint8_t* p, unsigned len, bool wide) {
 #if !defined(__CUDA_ARCH__)
-    if (wide) {
+    if (wide && !GRADZIP_DEVICE_CODE()) {
       std::uint64_t v;
       std::memcpy(&v, p, 8);
       return len == 8 ? v : v & ((std::uint64_t{1} << (8 * len)) - 1);

@@ -44,11 +44,11 @@ GRADZIP_HOST_DEVICE inline unsigned unpack_code(const std::uint8_t* words, int b
   unsigned code = 0;
   for (int b = 0; b < bits; ++b) {
     std::uint32_t w;
-#if defined(__CUDA_ARCH__)
-    w = reinterpret_cast<const std::uint32_t*>(words)[group_word + b];
-#else
-    std::memcpy(&w, words + (group_word + b) * 4, 4);
-#endif
+    if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned
+      w = reinterpret_cast<const std::uint32_t*>(words)[group_word + b];
+    } else {
+      std::memcpy(&w, words + (group_word + b) * 4, 4);
+    }
     code |= ((w >> lane) & 1u) << b;
   }
   return code;

@@ -83,20 +83,17 @@ struct bucketed_stage {
     return packed_bytes(count, Bits);
   }
   GRADZIP_HOST_DEVICE static void store_record(std::uint8_t* scales, std::uint64_t b, const Record& r) {
-#if defined(__CUDA_ARCH__)  // the scales section is 16-byte aligned
-    reinterpret_cast<Record*>(scales)[b] = r;
-#else
-    std::memcpy(scales + b * sizeof(Record), &r, sizeof(Record));
-#endif
+    if (GRADZIP_DEVICE_CODE()) {  // the scales section of a device payload is 16-byte aligned
+      reinterpret_cast<Record*>(scales)[b] = r;
+    } else {
+      std::memcpy(scales + b * sizeof(Record), &r, sizeof(Record));
+    }
   }
   GRADZIP_HOST_DEVICE static Record load_record(const std::uint8_t* scales, std::uint64_t b) {
-#if defined(__CUDA_ARCH__)
-    return reinterpret_cast<const Record*>(scales)[b];
-#else
+    if (GRADZIP_DEVICE_CODE()) return reinterpret_cast<const Record*>(scales)[b];
     Record r;
     std::memcpy(&r, scales + b * sizeof(Record), sizeof(Record));
     return r;
-#endif
   }
 };
 

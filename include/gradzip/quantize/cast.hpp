@@ -71,11 +71,11 @@ struct cast {
       section[pos] = Format == cast_format::fp8_e4m3 ? float_to_e4m3_bits(f) : float_to_e5m2_bits(f);
     } else {
       const std::uint16_t bits = Format == cast_format::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
-#if defined(__CUDA_ARCH__)
-      reinterpret_cast<std::uint16_t*>(section)[pos] = bits;
-#else
-      std::memcpy(section + pos * 2, &bits, 2);
-#endif
+      if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned: typed stores
+        reinterpret_cast<std::uint16_t*>(section)[pos] = bits;
+      } else {
+        std::memcpy(section + pos * 2, &bits, 2);
+      }
     }
   }
 

@@ -29,11 +29,11 @@ struct none {
 
   template <class T>
   GRADZIP_HOST_DEVICE static void store(std::uint8_t* section, std::uint64_t pos, T value) {
-#if defined(__CUDA_ARCH__)  // device payloads are 16-byte aligned: typed stores
-    reinterpret_cast<T*>(section)[pos] = value;
-#else
-    std::memcpy(section + pos * sizeof(T), &value, sizeof(T));
-#endif
+    if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned: typed stores
+      reinterpret_cast<T*>(section)[pos] = value;
+    } else {
+      std::memcpy(section + pos * sizeof(T), &value, sizeof(T));
+    }
   }
 
   GRADZIP_HOST_DEVICE static double load(const std::uint8_t* section, element_type type,

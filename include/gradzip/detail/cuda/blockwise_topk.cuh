@@ -12,8 +12,9 @@ namespace gradzip::detail {
 inline constexpr unsigned blockwise_threads = 256;
 
 template <class T, class Sink>
-__global__ void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
-                                      std::uint64_t per_block, Sink sink) {
+__global__ __launch_bounds__(blockwise_threads)
+void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
+                           std::uint64_t per_block, Sink sink) {
   using key = key_type_t<T>;
   using scan = cub::BlockScan<unsigned, blockwise_threads>;
   __shared__ typename scan::TempStorage storage;
@@ -79,9 +80,8 @@ struct structure_backend<cuda, sparsify::blockwise_topk> {
     if (blocks == 0) return;
     GRADZIP_EXPECTS(blocks < (std::uint64_t{1} << 31), "blockwise_topk: ", blocks,
                     " blocks exceed one CUDA grid; use a larger block");
-    blockwise_topk_kernel<<<static_cast<unsigned>(blocks), blockwise_threads, 0, exec.stream()>>>(
-        x.data(), x.size(), s.block(), s.per_block(), sink);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(blockwise_topk_kernel<T, Sink>, static_cast<unsigned>(blocks), blockwise_threads, 0, exec.stream(),
+           x.data(), x.size(), s.block(), s.per_block(), sink);
   }
 };
 

@@ -24,8 +24,9 @@ struct deferred_sink {
 };
 
 template <class Codec, class Sink>
-__global__ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n, const std::uint64_t* count,
-                                      Sink* sink, std::uint64_t* size) {
+__global__ __launch_bounds__(1)
+void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n, const std::uint64_t* count,
+                           Sink* sink, std::uint64_t* size) {
   const std::uint64_t k = *count;
   const wire::payload_layout l = Codec::layout(type, n, k);
   Codec::write_frame(out, l, type, n, k, frame_params{});
@@ -34,10 +35,11 @@ __global__ void deferred_frame_kernel(std::uint8_t* out, element_type type, std:
   *size = l.total_bytes();
 }
 
-__global__ inline void store_size_kernel(std::uint64_t* size, std::uint64_t bytes) { *size = bytes; }
-
-template <>
-struct async_compress_backend<cuda> {
+__global__ inline __launch_bounds__(1)
+void store_size_kernel(std::uint64_t* size, std::uint64_t bytes) { *size = bytes; }
+                       
+                       template <>
+                       struct async_compress_backend<cuda> {
   template <class Codec, class T>
   static void compress(cuda& exec, const Codec& c, span<const T> input, span<std::byte> out, std::uint64_t* size,
                        quantize::compress_context ctx) {
@@ -45,7 +47,7 @@ struct async_compress_backend<cuda> {
       // k is known on the host, so compress lays out the payload without waiting (a staged
       // index encoding, delta-varint or automatic, still sizes itself with one copy).
       const std::uint64_t bytes = c.compress(exec, input, out, ctx);
-      store_size_kernel<<<1, 1, 0, exec.stream()>>>(size, bytes);
+      launch(store_size_kernel, 1, 1, 0, exec.stream(), size, bytes);
     } else {
       using sink_type = payload_sink<T, typename Codec::values_type, typename Codec::indices_type>;
       require_aligned(out.data(), "compress_async");
@@ -55,12 +57,10 @@ struct async_compress_backend<cuda> {
       exec.scratch(at + sizeof(sink_type));
       const std::uint64_t* k = c.count_on_device(exec, input);
       auto* sink = reinterpret_cast<sink_type*>(exec.scratch(at + sizeof(sink_type)) + at);
-      deferred_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(reinterpret_cast<std::uint8_t*>(out.data()),
-                                                               element_traits<T>::type, n, k, sink, size);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(deferred_frame_kernel<Codec, sink_type>, 1, 1, 0, exec.stream(),
+             reinterpret_cast<std::uint8_t*>(out.data()), element_traits<T>::type, n, k, sink, size);
       c.select_into(exec, input, deferred_sink<sink_type>{sink});
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 };
 

@@ -22,14 +22,16 @@ namespace count_sketch_device {
 
 using cs = sketch::count_sketch;
 
-__global__ inline void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
-                                    std::uint64_t seed) {
+__global__ inline __launch_bounds__(1)
+void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
+                  std::uint64_t seed) {
   cs::write_frame(base, n, rows, columns, seed);
 }
 
 template <class T>
-__global__ void column_and_value_kernel(const T* x, std::uint64_t n, multiply_shift f, std::uint64_t columns,
-                                        std::uint32_t* key, float* value) {
+__global__ __launch_bounds__(block_threads)
+void column_and_value_kernel(const T* x, std::uint64_t n, multiply_shift f, std::uint64_t columns,
+                             std::uint32_t* key, float* value) {
   const std::uint64_t middle = cs::half_point(n);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -62,8 +64,9 @@ __device__ inline float run_sum(const std::uint32_t* sorted_key, const float* so
   return sum;
 }
 
-__global__ inline void column_sums_kernel(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
-                                          std::uint64_t columns, float* row) {
+__global__ inline __launch_bounds__(block_threads)
+void column_sums_kernel(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
+                        std::uint64_t columns, float* row) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += stride) {
     const float first = run_sum(sorted_key, sorted_value, n, 2 * c);
@@ -97,8 +100,9 @@ __device__ inline bool parse_table(const std::uint8_t* bytes, std::uint64_t size
   return ok;
 }
 
-__global__ inline void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t rows,
-                                       std::uint64_t columns, std::uint64_t seed, wire::status* st) {
+__global__ inline __launch_bounds__(32)
+void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t rows,
+                     std::uint64_t columns, std::uint64_t seed, wire::status* st) {
   std::uint64_t table = 0;
   parse_table(bytes, size, n, rows, columns, seed, table, st);
 }
@@ -121,17 +125,19 @@ __device__ inline bool parse_pair(const std::uint8_t* into, std::uint64_t into_s
   return ok;
 }
 
-__global__ inline void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
-                                            std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
-                                            std::uint64_t seed, wire::status* st) {
+__global__ inline __launch_bounds__(32)
+void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+                          std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
+                          std::uint64_t seed, wire::status* st) {
   std::uint64_t a = 0, b = 0;
   parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st);
 }
 
 /// into's table += other's, cell by cell (after validate_pair_kernel; nothing on a failure).
-__global__ inline void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
-                                    std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
-                                    const wire::status* st) {
+__global__ inline __launch_bounds__(block_threads)
+void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+                  std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
+                  const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   std::uint64_t a = 0, b = 0;
   if (!parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, nullptr)) return;
@@ -145,8 +151,9 @@ __global__ inline void merge_kernel(std::uint8_t* into, std::uint64_t into_size,
 }
 
 template <class T>
-__global__ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t rows,
-                                std::uint64_t columns, std::uint64_t seed, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t rows,
+                     std::uint64_t columns, std::uint64_t seed, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation (or an earlier decode) failed: change nothing
   std::uint64_t table = 0;
   if (!parse_table(bytes, size, n, rows, columns, seed, table, nullptr)) return;
@@ -168,7 +175,6 @@ __global__ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T
 
 template <>
 struct count_sketch_backend<cuda> {
-  static constexpr unsigned threads = 256;
 
   struct scratch_layout {
     std::size_t key, sorted_key, value, sorted_value, sort_temp, sort_temp_bytes, total;
@@ -204,7 +210,7 @@ struct count_sketch_backend<cuda> {
     require_aligned(out.data(), "count_sketch::compress");
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     const std::uint64_t n = x.size();
-    count_sketch_device::frame_kernel<<<1, 1, 0, exec.stream()>>>(base, n, s.rows(), s.columns(), s.seed());
+    launch(count_sketch_device::frame_kernel, 1, 1, 0, exec.stream(), base, n, s.rows(), s.columns(), s.seed());
     const scratch_layout sl = layout_for(s, exec, n);
     std::byte* scratch = exec.scratch(sl.total);
     auto* key = reinterpret_cast<std::uint32_t*>(scratch + sl.key);
@@ -214,16 +220,15 @@ struct count_sketch_backend<cuda> {
     auto* table = reinterpret_cast<float*>(base + l.at(1).offset);
     for (std::uint32_t r = 0; r < s.rows(); ++r) {
       if (n > 0) {
-        count_sketch_device::column_and_value_kernel<T><<<grid_for(exec, n), threads, 0, exec.stream()>>>(
-            x.data(), n, sketch::count_sketch::row_hash(s.seed(), r), s.columns(), key, value);
+        launch(count_sketch_device::column_and_value_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), x.data(),
+               n, sketch::count_sketch::row_hash(s.seed(), r), s.columns(), key, value);
         std::size_t temp = sl.sort_temp_bytes;
         GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, key, sorted_key, value,
                                                          sorted_value, n, 0, radix_bits(2 * s.columns()), exec.stream()));
       }
-      count_sketch_device::column_sums_kernel<<<grid_for(exec, s.columns()), threads, 0, exec.stream()>>>(
-          sorted_key, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
+      launch(count_sketch_device::column_sums_kernel, grid_for(exec, s.columns()), block_threads, 0, exec.stream(),
+             sorted_key, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
     return l.total_bytes();
   }
 
@@ -232,12 +237,11 @@ struct count_sketch_backend<cuda> {
     require_aligned(other.data(), "count_sketch::merge");
     auto* a = reinterpret_cast<std::uint8_t*>(into.data());
     const auto* b = reinterpret_cast<const std::uint8_t*>(other.data());
-    count_sketch_device::validate_pair_kernel<<<1, 32, 0, exec.stream()>>>(a, into.size(), b, other.size(), s.rows(),
-                                                                           s.columns(), s.seed(), exec.status_word());
+    launch(count_sketch_device::validate_pair_kernel, 1, 32, 0, exec.stream(), a, into.size(), b, other.size(),
+           s.rows(), s.columns(), s.seed(), exec.status_word());
     const std::uint64_t cells = static_cast<std::uint64_t>(s.rows()) * s.columns();
-    count_sketch_device::merge_kernel<<<grid_for(exec, cells), threads, 0, exec.stream()>>>(
-        a, into.size(), b, other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(count_sketch_device::merge_kernel, grid_for(exec, cells), block_threads, 0, exec.stream(), a, into.size(), b,
+           other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
   }
 
   /// estimate into scratch (zeroed first, so a bad sketch gives a well-formed payload of zeros
@@ -256,13 +260,12 @@ struct count_sketch_backend<cuda> {
   template <class T>
   static void estimate(const sketch::count_sketch& s, cuda& exec, span<const std::byte> sketch, span<T> estimates) {
     require_aligned(sketch.data(), "count_sketch::estimate");
-    count_sketch_device::validate_kernel<<<1, 32, 0, exec.stream()>>>(
-        reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
-        s.seed(), exec.status_word());
-    count_sketch_device::estimate_kernel<T><<<grid_for(exec, estimates.size()), threads, 0, exec.stream()>>>(
-        reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.data(), estimates.size(), s.rows(),
-        s.columns(), s.seed(), exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(count_sketch_device::validate_kernel, 1, 32, 0, exec.stream(),
+           reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
+           s.seed(), exec.status_word());
+    launch(count_sketch_device::estimate_kernel<T>, grid_for(exec, estimates.size()), block_threads, 0, exec.stream(),
+           reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.data(), estimates.size(),
+           s.rows(), s.columns(), s.seed(), exec.status_word());
   }
 };
 

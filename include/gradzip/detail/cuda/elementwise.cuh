@@ -6,7 +6,8 @@
 namespace gradzip::detail {
 
 template <class T>
-__global__ void add_kernel(T* y, const T* x, std::uint64_t n) {
+__global__ __launch_bounds__(block_threads)
+void add_kernel(T* y, const T* x, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -15,7 +16,8 @@ __global__ void add_kernel(T* y, const T* x, std::uint64_t n) {
 }
 
 template <class T>
-__global__ void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
+__global__ __launch_bounds__(block_threads)
+void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -24,7 +26,8 @@ __global__ void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, f
 }
 
 template <class T>
-__global__ void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
+__global__ __launch_bounds__(block_threads)
+void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -36,7 +39,8 @@ __global__ void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n,
 }
 
 template <class T>
-__global__ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
+__global__ __launch_bounds__(block_threads)
+void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -48,7 +52,8 @@ __global__ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
 }
 
 template <class T>
-__global__ void sign_kernel(T* y, std::uint64_t n) {
+__global__ __launch_bounds__(block_threads)
+void sign_kernel(T* y, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -74,38 +79,34 @@ struct executor_ops<cuda> {
   template <class T>
   static void add(cuda& exec, span<T> y, span<const T> x) {
     if (y.empty()) return;
-    add_kernel<<<grid_for(exec, y.size()), 256, 0, exec.stream()>>>(y.data(), x.data(), y.size());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(add_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), x.data(), y.size());
   }
 
   template <class T>
   static void momentum(cuda& exec, span<T> m, span<const T> g, float beta) {
     if (m.empty()) return;
-    momentum_kernel<<<grid_for(exec, m.size()), 256, 0, exec.stream()>>>(m.data(), g.data(), m.size(),
-                                                                          beta, 1.0f - beta);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(momentum_kernel<T>, grid_for(exec, m.size()), block_threads, 0, exec.stream(), m.data(), g.data(), m.size(), beta,
+           1.0f - beta);
   }
 
   template <class T>
   static void correct_momentum(cuda& exec, span<T> u, span<T> v, span<const T> g, float m) {
     if (u.empty()) return;
-    correct_momentum_kernel<<<grid_for(exec, u.size()), 256, 0, exec.stream()>>>(u.data(), v.data(), g.data(),
-                                                                                   u.size(), m);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(correct_momentum_kernel<T>, grid_for(exec, u.size()), block_threads, 0, exec.stream(), u.data(), v.data(), g.data(),
+           u.size(), m);
   }
 
   template <class T>
   static void mask_sent(cuda& exec, span<T> u, span<T> v, span<const T> d) {
     if (u.empty()) return;
-    mask_sent_kernel<<<grid_for(exec, u.size()), 256, 0, exec.stream()>>>(u.data(), v.data(), d.data(), u.size());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(mask_sent_kernel<T>, grid_for(exec, u.size()), block_threads, 0, exec.stream(), u.data(), v.data(), d.data(),
+           u.size());
   }
 
   template <class T>
   static void sign(cuda& exec, span<T> y) {
     if (y.empty()) return;
-    sign_kernel<<<grid_for(exec, y.size()), 256, 0, exec.stream()>>>(y.data(), y.size());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(sign_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), y.size());
   }
 
   template <class T>

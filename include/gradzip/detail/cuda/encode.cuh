@@ -18,8 +18,9 @@
 
 namespace gradzip::detail {
 
-__global__ inline void delta_sizes_kernel(const std::uint64_t* idx, std::uint64_t k, int width,
-                                          std::uint64_t chunks, std::uint64_t* sizes) {
+__global__ inline __launch_bounds__(block_threads)
+void delta_sizes_kernel(const std::uint64_t* idx, std::uint64_t k, int width,
+                        std::uint64_t chunks, std::uint64_t* sizes) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c <= chunks;
        c += stride) {
@@ -27,8 +28,9 @@ __global__ inline void delta_sizes_kernel(const std::uint64_t* idx, std::uint64_
   }
 }
 
-__global__ inline void delta_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
-                                          int width, std::uint64_t chunks, const std::uint64_t* offsets) {
+__global__ inline __launch_bounds__(block_threads)
+void delta_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
+                        int width, std::uint64_t chunks, const std::uint64_t* offsets) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
        c += stride) {
@@ -36,15 +38,17 @@ __global__ inline void delta_write_kernel(std::uint8_t* section, const std::uint
   }
 }
 
-__global__ inline void coo_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
-                                        int width) {
+__global__ inline __launch_bounds__(block_threads)
+void coo_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
+                      int width) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k; j += stride) {
     encode::coo::store(section, width, j, idx[j]);
   }
 }
 
-__global__ inline void bitmap_set_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k) {
+__global__ inline __launch_bounds__(block_threads)
+void bitmap_set_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k) {
   auto* words = reinterpret_cast<unsigned int*>(section);  // little-endian: bit i of the section
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k; j += stride) {
@@ -70,19 +74,19 @@ struct index_encoder<cuda> {
                      std::uint64_t n, std::byte* ws, std::uint8_t* section) {
     if (encoding == encode::coo::id) {
       if (k == 0) return;
-      coo_write_kernel<<<grid_for(exec, k), 256, 0, exec.stream()>>>(section, idx, k, encode::coo::index_width(n));
+      launch(coo_write_kernel, grid_for(exec, k), block_threads, 0, exec.stream(), section, idx, k,
+             encode::coo::index_width(n));
     } else if (encoding == encode::bitmap::id) {
       GRADZIP_CUDA_TRY(cudaMemsetAsync(section, 0, encode::bitmap::section_bytes(k, n), exec.stream()));
       if (k == 0) return;
-      bitmap_set_kernel<<<grid_for(exec, k), 256, 0, exec.stream()>>>(section, idx, k);
+      launch(bitmap_set_kernel, grid_for(exec, k), block_threads, 0, exec.stream(), section, idx, k);
     } else {
       const std::uint64_t chunks = encode::delta_varint::chunks(k);
       if (chunks == 0) return;
       const auto* offsets = reinterpret_cast<const std::uint64_t*>(ws) + chunks + 1;
-      delta_write_kernel<<<grid_for(exec, chunks), 256, 0, exec.stream()>>>(
-          section, idx, k, encode::delta_varint::gap_width(n), chunks, offsets);
+      launch(delta_write_kernel, grid_for(exec, chunks), block_threads, 0, exec.stream(), section, idx, k,
+             encode::delta_varint::gap_width(n), chunks, offsets);
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 
   static void copy(cuda& exec, std::uint8_t* to, const std::uint8_t* from, std::size_t bytes) {
@@ -97,9 +101,8 @@ struct index_encoder<cuda> {
     const std::uint64_t chunks = encode::delta_varint::chunks(k);
     auto* sizes = reinterpret_cast<std::uint64_t*>(ws);
     std::uint64_t* offsets = sizes + chunks + 1;
-    delta_sizes_kernel<<<grid_for(exec, chunks + 1), 256, 0, exec.stream()>>>(
-        idx, k, encode::delta_varint::gap_width(n), chunks, sizes);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(delta_sizes_kernel, grid_for(exec, chunks + 1), block_threads, 0, exec.stream(), idx, k,
+           encode::delta_varint::gap_width(n), chunks, sizes);
     void* temp = reinterpret_cast<std::byte*>(offsets + chunks + 1) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, chunks + 1);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, sizes, offsets, chunks + 1, exec.stream()));

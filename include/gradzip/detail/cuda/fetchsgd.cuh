@@ -13,9 +13,10 @@ namespace fetchsgd_device {
 
 using cs = sketch::count_sketch;
 
-__global__ inline void accumulate_kernel(const std::uint8_t* summed, std::uint64_t size, std::uint64_t n,
-                                         std::uint32_t rows, std::uint64_t columns, std::uint64_t seed, float* velocity,
-                                         float* error, float momentum, float scale, float lr, const wire::status* st) {
+__global__ inline __launch_bounds__(block_threads)
+void accumulate_kernel(const std::uint8_t* summed, std::uint64_t size, std::uint64_t n,
+                       std::uint32_t rows, std::uint64_t columns, std::uint64_t seed, float* velocity,
+                       float* error, float momentum, float scale, float lr, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   std::uint64_t table = 0;
   if (!count_sketch_device::parse_table(summed, size, n, rows, columns, seed, table, nullptr)) return;
@@ -31,8 +32,9 @@ __global__ inline void accumulate_kernel(const std::uint8_t* summed, std::uint64
 
 /// Zeroes the cells of every nonzero coordinate of delta. Coordinates that share a cell write
 /// the same zero; atomicExch keeps that free of data races.
-__global__ inline void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
-                                          std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
+__global__ inline __launch_bounds__(block_threads)
+void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
+                        std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   multiply_shift f[cs::max_rows];
   cs::row_hashes(seed, rows, f);
@@ -51,29 +53,26 @@ __global__ inline void forget_sent_kernel(const float* delta, std::uint64_t n, s
 
 template <>
 struct fetchsgd_backend<cuda> {
-  static constexpr unsigned threads = 256;
 
   static void accumulate(cuda& exec, const sketch::count_sketch& s, std::uint64_t n, span<const std::byte> summed,
                          span<float> velocity, std::uint8_t* error, float momentum, float scale, float lr) {
     require_aligned(summed.data(), "fetchsgd::step");
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(summed.data());
-    count_sketch_device::validate_kernel<<<1, 32, 0, exec.stream()>>>(bytes, summed.size(), n, s.rows(), s.columns(),
-                                                                      s.seed(), exec.status_word());
+    launch(count_sketch_device::validate_kernel, 1, 32, 0, exec.stream(), bytes, summed.size(), n, s.rows(),
+           s.columns(), s.seed(), exec.status_word());
     if (!velocity.empty()) {
-      fetchsgd_device::accumulate_kernel<<<grid_for(exec, velocity.size()), threads, 0, exec.stream()>>>(
-          bytes, summed.size(), n, s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
-          momentum, scale, lr, exec.status_word());
+      launch(fetchsgd_device::accumulate_kernel, grid_for(exec, velocity.size()), block_threads, 0, exec.stream(), bytes,
+             summed.size(), n, s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
+             momentum, scale, lr, exec.status_word());
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 
   static void forget_sent(cuda& exec, const sketch::count_sketch& s, span<const float> delta, span<float> velocity,
                           std::uint8_t* error) {
     if (delta.empty()) return;
-    fetchsgd_device::forget_sent_kernel<<<grid_for(exec, delta.size()), threads, 0, exec.stream()>>>(
-        delta.data(), delta.size(), s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
-        exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(fetchsgd_device::forget_sent_kernel, grid_for(exec, delta.size()), block_threads, 0, exec.stream(), delta.data(),
+           delta.size(), s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
+           exec.status_word());
   }
 };
 

@@ -15,9 +15,10 @@ namespace rotation_device {
 using transform::hadamard;
 
 template <class T>
-__global__ void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, std::uint64_t seed,
-                               float scale) {
-  extern __shared__ float v[];
+__global__ __launch_bounds__(block_threads)
+void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, std::uint64_t seed,
+                    float scale) {
+  float* v = dynamic_shared_memory<float>();
   const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * block;
   for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
     const std::uint64_t i = first + k;
@@ -29,10 +30,11 @@ __global__ void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint3
 }
 
 template <class T>
-__global__ void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t seed,
-                                   float scale, float alpha, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t seed,
+                        float scale, float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // a bad payload: change nothing
-  extern __shared__ float v[];
+  float* v = dynamic_shared_memory<float>();
   const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * block;
   for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) v[k] = y[first + k];
   __syncthreads();
@@ -47,14 +49,16 @@ __global__ void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, st
 }
 
 template <class Codec>
-__global__ void frame_kernel(std::uint8_t* base, std::uint64_t inner_bytes, element_type type, std::uint64_t n,
-                             std::uint32_t block, std::uint64_t seed) {
+__global__ __launch_bounds__(1)
+void frame_kernel(std::uint8_t* base, std::uint64_t inner_bytes, element_type type, std::uint64_t n,
+                  std::uint32_t block, std::uint64_t seed) {
   transform::rotated<Codec>::write_frame(base, inner_bytes, type, n, block, seed);
 }
 
 template <class Codec>
-__global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t block,
-                                std::uint64_t seed, std::uint64_t inner_offset, wire::status* st) {
+__global__ __launch_bounds__(1)
+void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t block,
+                     std::uint64_t seed, std::uint64_t inner_offset, wire::status* st) {
   wire::header h;
   wire::status s = wire::parse_header(bytes, size, h);
   std::uint64_t at = 0, inner_size = 0;
@@ -69,7 +73,6 @@ __global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, s
 template <>
 struct rotation_backend<cuda> {
   static constexpr std::uint32_t max_block = 8192;
-  static constexpr unsigned threads = 256;
 
   template <class Codec>
   static void expect_block(const transform::rotated<Codec>& r, const char* what) {
@@ -108,15 +111,13 @@ struct rotation_backend<cuda> {
     auto* y = reinterpret_cast<float*>(exec.scratch(at + padded * sizeof(float)) + at);
     const std::uint32_t block = r.rotation().block();
     if (padded > 0) {
-      rotation_device::forward_kernel<T><<<static_cast<unsigned>(padded / block), threads, block * sizeof(float),
-                                           exec.stream()>>>(input.data(), n, y, block, r.rotation().seed(), scale_of(block));
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(rotation_device::forward_kernel<T>, static_cast<unsigned>(padded / block), block_threads, block * sizeof(float),
+             exec.stream(), input.data(), n, y, block, r.rotation().seed(), scale_of(block));
     }
     const std::size_t inner_bytes = r.inner().compress(
         exec, span<const float>(y, padded), span<std::byte>(out.data() + inner_at, out.size() - inner_at), ctx);
-    rotation_device::frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(reinterpret_cast<std::uint8_t*>(out.data()), inner_bytes,
-                                                                    element_traits<T>::type, n, block, r.rotation().seed());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(rotation_device::frame_kernel<Codec>, 1, 1, 0, exec.stream(), reinterpret_cast<std::uint8_t*>(out.data()),
+           inner_bytes, element_traits<T>::type, n, block, r.rotation().seed());
     return inner_at + inner_bytes;
   }
 
@@ -129,23 +130,21 @@ struct rotation_backend<cuda> {
     const std::uint64_t inner_at = transform::rotated<Codec>::inner_offset();
     const std::uint32_t block = r.rotation().block();
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
-    rotation_device::validate_kernel<Codec><<<1, 1, 0, exec.stream()>>>(bytes, payload.size(), n, block, r.rotation().seed(),
-                                                                        inner_at, exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(rotation_device::validate_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), n, block,
+           r.rotation().seed(), inner_at, exec.status_word());
     if (payload.size() < inner_at) return;  // the validation above has recorded it
     const std::size_t at = vector_offset(r, exec, padded);
     auto* y = reinterpret_cast<float*>(exec.scratch(at + padded * sizeof(float)) + at);
     // The inner decoder validates its payload (and skips its work after a failed outer check).
     r.inner().decompress(exec, payload.subspan(inner_at, payload.size() - inner_at), span<float>(y, padded));
     if (zero_first) {
-      zero_if_ok_kernel<T><<<grid_for(exec, n), threads, 0, exec.stream()>>>(accum.data(), n, exec.status_word());
+      launch(zero_if_ok_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), accum.data(), n, exec.status_word());
     }
     if (padded > 0) {
-      rotation_device::inverse_add_kernel<T><<<static_cast<unsigned>(padded / block), threads, block * sizeof(float),
-                                               exec.stream()>>>(y, accum.data(), n, block, r.rotation().seed(),
-                                                                scale_of(block), alpha, exec.status_word());
+      launch(rotation_device::inverse_add_kernel<T>, static_cast<unsigned>(padded / block), block_threads,
+             block * sizeof(float), exec.stream(), y, accum.data(), n, block, r.rotation().seed(), scale_of(block), alpha,
+             exec.status_word());
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 };
 

@@ -31,20 +31,22 @@ __device__ inline bool passes_at(V v, std::uint64_t i, hashed_winners w) {
 }
 
 /// tau: the sorted (descending) sample's key at rank ceil(k s / n), 0 when k >= n.
-__global__ inline void hashed_tau_kernel(const std::uint32_t* sorted, std::uint64_t size, std::uint64_t k, std::uint64_t n,
-                                         std::uint32_t* tau) {
+__global__ inline __launch_bounds__(1)
+void hashed_tau_kernel(const std::uint32_t* sorted, std::uint64_t size, std::uint64_t k, std::uint64_t n,
+                       std::uint32_t* tau) {
   if (k >= n) {
     *tau = 0;
     return;
   }
-  std::uint64_t rank = static_cast<std::uint64_t>((static_cast<unsigned __int128>(k) * size + n - 1) / n);
+  std::uint64_t rank = static_cast<std::uint64_t>((static_cast<uint128>(k) * size + n - 1) / n);
   rank = rank < 1 ? 1 : (rank > size ? size : rank);
   *tau = sorted[rank - 1];
 }
 
 template <class T>
-__global__ void hashed_slots_kernel(const T* x, std::uint64_t n, const std::uint32_t* tau, std::uint64_t m,
-                                    std::uint64_t seed, unsigned long long* slots) {
+__global__ __launch_bounds__(block_threads)
+void hashed_slots_kernel(const T* x, std::uint64_t n, const std::uint32_t* tau, std::uint64_t m,
+                         std::uint64_t seed, unsigned long long* slots) {
   const std::uint32_t t = *tau;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -83,15 +85,13 @@ struct structure_backend<cuda, hash::hashed_topk> {
     auto* sorted = reinterpret_cast<std::uint32_t*>(scratch + l.sorted);
     const std::uint64_t size = sparsify::sampled_topk::sample_size(n, s.sample_rate());
     cudaStream_t stream = exec.stream();
-    sample_keys_kernel<<<grid_for(exec, size), 256, 0, stream>>>(x.data(), n, size, s.seed(), keys);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(sample_keys_kernel<T>, grid_for(exec, size), block_threads, 0, stream, x.data(), n, size, s.seed(), keys);
     std::size_t temp_bytes = l.sort_temp_bytes;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted, size, 0, 32,
                                                               stream));
-    hashed_tau_kernel<<<1, 1, 0, stream>>>(sorted, size, k, n, tau);
+    launch(hashed_tau_kernel, 1, 1, 0, stream, sorted, size, k, n, tau);
     GRADZIP_CUDA_TRY(cudaMemsetAsync(slots, 0, m * sizeof(unsigned long long), stream));
-    hashed_slots_kernel<<<grid_for(exec, n), 256, 0, stream>>>(x.data(), n, tau, m, s.seed(), slots);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(hashed_slots_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, tau, m, s.seed(), slots);
     return inner::count_on_device_with(exec, x, winners(s, scratch, l, n));
   }
 

@@ -32,7 +32,8 @@ enum : unsigned { not_increasing_or_out_of_range = 1, not_a_member = 2, too_few_
 
 inline constexpr std::uint32_t shared_parts = 4096;
 
-__global__ inline void loads_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, unsigned long long* load) {
+__global__ inline __launch_bounds__(block_threads)
+void loads_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, unsigned long long* load) {
   __shared__ unsigned long long local[shared_parts];
   const bool in_shared = parts <= shared_parts;
   if (in_shared) {
@@ -57,8 +58,9 @@ __device__ inline bool out_of_order(const std::uint64_t* sorted, std::uint64_t j
 }
 
 /// part[j] and position[j] = j for each index, and a flag if the list is not increasing or < n.
-__global__ inline void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
-                                      std::uint32_t parts, std::uint32_t* part, std::uint32_t* position, unsigned* bad) {
+__global__ inline __launch_bounds__(block_threads)
+void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
+                    std::uint32_t parts, std::uint32_t* part, std::uint32_t* position, unsigned* bad) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const std::uint64_t i = sorted[j];
@@ -69,8 +71,9 @@ __global__ inline void prepare_kernel(const std::uint64_t* sorted, std::uint64_t
 }
 
 /// first[p] and end[p]: the run of part p in the sorted order (both 0 for an empty part).
-__global__ inline void runs_kernel(const std::uint32_t* sorted_part, std::uint64_t m, std::uint64_t* first,
-                                   std::uint64_t* end) {
+__global__ inline __launch_bounds__(block_threads)
+void runs_kernel(const std::uint32_t* sorted_part, std::uint64_t m, std::uint64_t* first,
+                 std::uint64_t* end) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t s = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < m; s += stride) {
     const std::uint32_t p = sorted_part[s];
@@ -79,9 +82,10 @@ __global__ inline void runs_kernel(const std::uint32_t* sorted_part, std::uint64
   }
 }
 
-__global__ inline void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
-                                    const std::uint32_t* sorted_position, std::uint64_t m, const std::uint64_t* first,
-                                    std::uint64_t capacity, std::uint64_t* slots, std::uint32_t* overflowing) {
+__global__ inline __launch_bounds__(block_threads)
+void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
+                  const std::uint32_t* sorted_position, std::uint64_t m, const std::uint64_t* first,
+                  std::uint64_t capacity, std::uint64_t* slots, std::uint32_t* overflowing) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t s = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < m; s += stride) {
     const std::uint32_t p = sorted_part[s];
@@ -96,8 +100,9 @@ __global__ inline void place_kernel(const std::uint64_t* sorted, const std::uint
   }
 }
 
-__global__ inline void counts_kernel(const std::uint64_t* first, const std::uint64_t* end, std::uint32_t parts,
-                                     std::uint64_t capacity, std::uint64_t* counts) {
+__global__ inline __launch_bounds__(block_threads)
+void counts_kernel(const std::uint64_t* first, const std::uint64_t* end, std::uint32_t parts,
+                   std::uint64_t capacity, std::uint64_t* counts) {
   for (std::uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < parts; p += gridDim.x * blockDim.x) {
     const std::uint64_t size = end[p] - first[p];
     counts[p] = size < capacity ? size : capacity;
@@ -105,9 +110,10 @@ __global__ inline void counts_kernel(const std::uint64_t* first, const std::uint
 }
 
 /// Overflowing index j goes to spill[at[j]] while the area lasts; the last thread totals.
-__global__ inline void spill_kernel(const std::uint64_t* sorted, const std::uint32_t* part, const std::uint32_t* flag,
-                                    const std::uint32_t* at, std::uint64_t m, std::uint64_t overflow, std::uint64_t* spill,
-                                    std::uint32_t* spill_parts, std::uint64_t* total) {
+__global__ inline __launch_bounds__(block_threads)
+void spill_kernel(const std::uint64_t* sorted, const std::uint32_t* part, const std::uint32_t* flag,
+                  const std::uint32_t* at, std::uint64_t m, std::uint64_t overflow, std::uint64_t* spill,
+                  std::uint32_t* spill_parts, std::uint64_t* total) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     if (flag[j] != 0 && at[j] < overflow) {
@@ -118,8 +124,9 @@ __global__ inline void spill_kernel(const std::uint64_t* sorted, const std::uint
   }
 }
 
-__global__ inline void member_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, std::uint32_t p,
-                                     std::uint32_t* member) {
+__global__ inline __launch_bounds__(block_threads)
+void member_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, std::uint32_t p,
+                   std::uint32_t* member) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     member[i] = partition::part_of(seed, i, parts) == p ? 1u : 0u;
@@ -127,14 +134,16 @@ __global__ inline void member_kernel(std::uint64_t n, std::uint64_t seed, std::u
 }
 
 /// The member count of p: the last rank plus the last flag.
-__global__ inline void count_members_kernel(const std::uint32_t* member, const std::uint32_t* rank, std::uint64_t n,
-                                            std::uint64_t* members) {
+__global__ inline __launch_bounds__(1)
+void count_members_kernel(const std::uint32_t* member, const std::uint32_t* rank, std::uint64_t n,
+                          std::uint64_t* members) {
   *members = static_cast<std::uint64_t>(rank[n - 1]) + member[n - 1];
 }
 
-__global__ inline void set_bits_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
-                                       std::uint32_t parts, std::uint32_t p, const std::uint32_t* rank,
-                                       unsigned long long* bits, std::uint64_t words, unsigned* bad) {
+__global__ inline __launch_bounds__(block_threads)
+void set_bits_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
+                     std::uint32_t parts, std::uint32_t p, const std::uint32_t* rank,
+                     unsigned long long* bits, std::uint64_t words, unsigned* bad) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const std::uint64_t i = sorted[j];
@@ -151,9 +160,10 @@ __global__ inline void set_bits_kernel(const std::uint64_t* sorted, std::uint64_
 }
 
 /// selected[i]: member i of p whose bit is set; a set bit at or past the member count flags.
-__global__ inline void selected_kernel(std::uint64_t n, const std::uint32_t* member, const std::uint32_t* rank,
-                                       const std::uint64_t* bits, std::uint64_t words, std::uint32_t* selected,
-                                       unsigned* bad) {
+__global__ inline __launch_bounds__(block_threads)
+void selected_kernel(std::uint64_t n, const std::uint32_t* member, const std::uint32_t* rank,
+                     const std::uint64_t* bits, std::uint64_t words, std::uint32_t* selected,
+                     unsigned* bad) {
   const std::uint64_t members = n == 0 ? 0 : static_cast<std::uint64_t>(rank[n - 1]) + member[n - 1];
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -168,8 +178,9 @@ __global__ inline void selected_kernel(std::uint64_t n, const std::uint32_t* mem
   }
 }
 
-__global__ inline void gather_kernel(std::uint64_t n, const std::uint32_t* selected, const std::uint32_t* at,
-                                     std::uint64_t* out, std::uint64_t out_size, std::uint64_t* total) {
+__global__ inline __launch_bounds__(block_threads)
+void gather_kernel(std::uint64_t n, const std::uint32_t* selected, const std::uint32_t* at,
+                   std::uint64_t* out, std::uint64_t out_size, std::uint64_t* total) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     if (selected[i] != 0 && at[i] < out_size) out[at[i]] = i;
@@ -181,14 +192,13 @@ __global__ inline void gather_kernel(std::uint64_t n, const std::uint32_t* selec
 
 template <>
 struct partition_backend<cuda> {
-  static constexpr unsigned threads = 256;
 
   static std::vector<std::uint64_t> loads(const hash::partition& z, cuda& exec, std::uint64_t n) {
     auto* load = reinterpret_cast<unsigned long long*>(exec.scratch(z.parts() * sizeof(std::uint64_t)));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(load, 0, z.parts() * sizeof(std::uint64_t), exec.stream()));
     if (n != 0) {
-      partition_device::loads_kernel<<<grid_for(exec, n), threads, 0, exec.stream()>>>(n, z.seed(), z.parts(), load);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(partition_device::loads_kernel, grid_for(exec, n), block_threads, 0, exec.stream(), n, z.seed(), z.parts(),
+             load);
     }
     std::vector<std::uint64_t> out(z.parts());
     GRADZIP_CUDA_TRY(cudaMemcpyAsync(out.data(), load, out.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
@@ -227,20 +237,19 @@ struct partition_backend<cuda> {
     GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_runs, 0, 2 * runs + 256, exec.stream()));
     if (m != 0) {
       const unsigned grid = grid_for(exec, m);
-      partition_device::prepare_kernel<<<grid, threads, 0, exec.stream()>>>(sorted.data(), m, n, z.seed(), parts, part,
-                                                                            position, bad);
+      launch(partition_device::prepare_kernel, grid, block_threads, 0, exec.stream(), sorted.data(), m, n, z.seed(), parts,
+             part, position, bad);
       GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, position,
                                                        sorted_position, m, 0, radix_bits(parts), exec.stream()));
-      partition_device::runs_kernel<<<grid, threads, 0, exec.stream()>>>(sorted_part, m, first, end);
-      partition_device::place_kernel<<<grid, threads, 0, exec.stream()>>>(sorted.data(), sorted_part, sorted_position, m,
-                                                                          first, capacity, slots.data(), flag);
+      launch(partition_device::runs_kernel, grid, block_threads, 0, exec.stream(), sorted_part, m, first, end);
+      launch(partition_device::place_kernel, grid, block_threads, 0, exec.stream(), sorted.data(), sorted_part,
+             sorted_position, m, first, capacity, slots.data(), flag);
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(scratch + at_temp, scan_bytes, flag, place, m, exec.stream()));
-      partition_device::spill_kernel<<<grid, threads, 0, exec.stream()>>>(sorted.data(), part, flag, place, m, overflow,
-                                                                          spill.data(), spill_parts.data(), total);
+      launch(partition_device::spill_kernel, grid, block_threads, 0, exec.stream(), sorted.data(), part, flag, place, m,
+             overflow, spill.data(), spill_parts.data(), total);
     }
-    partition_device::counts_kernel<<<grid_for(exec, parts), threads, 0, exec.stream()>>>(first, end, parts, capacity,
-                                                                                          counts.data());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(partition_device::counts_kernel, grid_for(exec, parts), block_threads, 0, exec.stream(), first, end, parts,
+           capacity, counts.data());
     const auto [spilled, flags] = read_scalars(exec, total, bad);
     GRADZIP_EXPECTS(flags == 0, "partition::split_fixed: indices must be increasing and < n");
     hash::partition::split_result r;
@@ -254,10 +263,9 @@ struct partition_backend<cuda> {
     const bitmap_scratch s = ranks(z, exec, p, n);
     if (!bits.empty()) GRADZIP_CUDA_TRY(cudaMemsetAsync(bits.data(), 0, bits.size() * 8, exec.stream()));
     if (!sorted.empty()) {
-      partition_device::set_bits_kernel<<<grid_for(exec, sorted.size()), threads, 0, exec.stream()>>>(
-          sorted.data(), sorted.size(), n, z.seed(), z.parts(), p, s.rank, reinterpret_cast<unsigned long long*>(bits.data()),
-          bits.size(), s.bad);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(partition_device::set_bits_kernel, grid_for(exec, sorted.size()), block_threads, 0, exec.stream(),
+             sorted.data(), sorted.size(), n, z.seed(), z.parts(), p, s.rank,
+             reinterpret_cast<unsigned long long*>(bits.data()), bits.size(), s.bad);
     }
     const auto [members, flags] = read_scalars(exec, s.members, s.bad);
     GRADZIP_EXPECTS((flags & partition_device::too_few_words) == 0, "partition::encode_bitmap: ", bits.size(),
@@ -272,15 +280,13 @@ struct partition_backend<cuda> {
     const bitmap_scratch s = ranks(z, exec, p, n);
     // Always: with n = 0 every set bit is past the end.
     const unsigned grid = grid_for(exec, std::max<std::uint64_t>(n, bits.size()));
-    partition_device::selected_kernel<<<grid, threads, 0, exec.stream()>>>(n, s.member, s.rank, bits.data(), bits.size(),
-                                                                           s.selected, s.bad);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(partition_device::selected_kernel, grid, block_threads, 0, exec.stream(), n, s.member, s.rank, bits.data(),
+           bits.size(), s.selected, s.bad);
     if (n != 0) {
       std::size_t temp = s.temp_bytes;
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(s.temp, temp, s.selected, s.at, n, exec.stream()));
-      partition_device::gather_kernel<<<grid_for(exec, n), threads, 0, exec.stream()>>>(n, s.selected, s.at, out.data(),
-                                                                                         out.size(), s.total);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(partition_device::gather_kernel, grid_for(exec, n), block_threads, 0, exec.stream(), n, s.selected, s.at,
+             out.data(), out.size(), s.total);
     }
     const auto [selected, flags] = read_scalars(exec, s.total, s.bad);
     if ((flags & partition_device::bit_past_end) != 0) {
@@ -335,11 +341,11 @@ struct partition_backend<cuda> {
     s.temp_bytes = temp_bytes;
     GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_scalars, 0, 256, exec.stream()));
     if (n != 0) {
-      partition_device::member_kernel<<<grid_for(exec, n), threads, 0, exec.stream()>>>(n, z.seed(), z.parts(), p, s.member);
+      launch(partition_device::member_kernel, grid_for(exec, n), block_threads, 0, exec.stream(), n, z.seed(), z.parts(), p,
+             s.member);
       std::size_t temp = temp_bytes;
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(s.temp, temp, s.member, s.rank, n, exec.stream()));
-      partition_device::count_members_kernel<<<1, 1, 0, exec.stream()>>>(s.member, s.rank, n, s.members);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(partition_device::count_members_kernel, 1, 1, 0, exec.stream(), s.member, s.rank, n, s.members);
     }
     return s;
   }

@@ -14,8 +14,9 @@
 namespace gradzip::detail {
 
 template <class Codec>
-__global__ void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
-                                   std::uint64_t n, std::uint64_t k, frame_params sp) {
+__global__ __launch_bounds__(1)
+void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
+                        std::uint64_t n, std::uint64_t k, frame_params sp) {
   Codec::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
 }
 
@@ -60,13 +61,14 @@ __device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, st
 
 /// Shared-memory home of a parsed view (shared variables cannot have constructors).
 __device__ inline payload_view& shared_view() {
-  __shared__ alignas(payload_view) unsigned char storage[sizeof(payload_view)];
+  alignas(payload_view) __shared__ unsigned char storage[sizeof(payload_view)];
   return *reinterpret_cast<payload_view*>(storage);
 }
 
 template <class Codec>
-__global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                                wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                     wire::status* st) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
   if constexpr (!Codec::checks_elements) return;  // nothing beyond the frame to check
@@ -79,7 +81,8 @@ __global__ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, s
 }
 
 template <class T>
-__global__ void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -89,8 +92,9 @@ __global__ void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* s
 }
 
 template <class Codec, class T>
-__global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
-                             std::uint64_t out_size, float alpha, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
+                  std::uint64_t out_size, float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
@@ -106,8 +110,9 @@ __global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* o
 // Bitmap indices: bits per word (and bits past n, which fail), a device scan of the counts,
 // a check of the total against the count, then one thread per word accumulates its elements.
 template <class Codec>
-__global__ void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                                    std::uint64_t* counts, wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                         std::uint64_t* counts, wire::status* st) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;  // validate_kernel reports
   if (v.index_encoding != encode::bitmap::id) return;
@@ -121,8 +126,9 @@ __global__ void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t siz
 }
 
 template <class Codec>
-__global__ void bitmap_total_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                                    const std::uint64_t* counts, const std::uint64_t* first, wire::status* st) {
+__global__ __launch_bounds__(1)
+void bitmap_total_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                         const std::uint64_t* counts, const std::uint64_t* first, wire::status* st) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
   if (v.index_encoding != encode::bitmap::id) return;
@@ -132,8 +138,9 @@ __global__ void bitmap_total_kernel(const std::uint8_t* bytes, std::uint64_t siz
 }
 
 template <class Codec, class T>
-__global__ void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
-                                    float alpha, const std::uint64_t* first, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
+                         float alpha, const std::uint64_t* first, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
@@ -150,8 +157,9 @@ __global__ void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t siz
 
 // Delta-varint indices: one thread per 1024-index chunk, once to validate, once to accumulate.
 template <class Codec>
-__global__ void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                                      wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+                           wire::status* st) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
   if (v.index_encoding != encode::delta_varint::id) return;
@@ -166,8 +174,9 @@ __global__ void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t s
 }
 
 template <class Codec, class T>
-__global__ void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
-                                   float alpha, const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
+                        float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
@@ -190,8 +199,7 @@ struct payload_backend<cuda> {
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
                           std::uint64_t k, const frame_params& sp) {
     require_aligned(out, "compress");
-    write_frame_kernel<Codec><<<1, 1, 0, exec.stream()>>>(out, l, type, n, k, sp);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), out, l, type, n, k, sp);
   }
 
   template <class Codec, class T>
@@ -203,9 +211,7 @@ struct payload_backend<cuda> {
     // At most payload.size() / 4 entries can fit (a 2-byte value needs a 4-byte index): the
     // grid covers that bound; the kernels read the true count from the validated header.
     const unsigned grid = grid_for(exec, payload.size() / 4);
-    validate_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.size(),
-                                                           exec.status_word());
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.size(), exec.status_word());
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
@@ -216,44 +222,37 @@ struct payload_backend<cuda> {
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
       counts = reinterpret_cast<std::uint64_t*>(exec.scratch(2 * words * sizeof(std::uint64_t) + 256 + temp_bytes));
       std::uint64_t* first = counts + words;
-      bitmap_count_kernel<Codec><<<grid_for(exec, words), 256, 0, exec.stream()>>>(
-          bytes, payload.size(), out.size(), counts, exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(bitmap_count_kernel<Codec>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(), out.size(),
+             counts, exec.status_word());
       if (words != 0) {
         std::size_t temp_size = temp_bytes;
         GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(first + words) + 256, temp_size,
                                                        counts, first, words, exec.stream()));
       }
-      bitmap_total_kernel<Codec><<<1, 1, 0, exec.stream()>>>(bytes, payload.size(), out.size(), counts, first,
-                                                             exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(bitmap_total_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out.size(), counts, first,
+             exec.status_word());
     }
     // At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
     const std::uint64_t chunk_bound = encode::delta_varint::chunks(std::min<std::uint64_t>(out.size(), payload.size()));
     if constexpr (may_delta) {
-      delta_validate_kernel<Codec><<<grid_for(exec, chunk_bound), 256, 0, exec.stream()>>>(
-          bytes, payload.size(), out.size(), exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(delta_validate_kernel<Codec>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes, payload.size(),
+             out.size(), exec.status_word());
     }
     if (overwrite && !out.empty()) {
-      zero_if_ok_kernel<<<grid_for(exec, out.size()), 256, 0, exec.stream()>>>(
-          out.data(), out.size(), exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
+             exec.status_word());
     }
     if constexpr (!Codec::staged || automatic) {
-      apply_kernel<Codec><<<grid, 256, 0, exec.stream()>>>(bytes, payload.size(), out.data(),
-                                                          out.size(), alpha, exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(apply_kernel<Codec, T>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.data(), out.size(), alpha,
+             exec.status_word());
     }
     if constexpr (may_bitmap) {
-      bitmap_apply_kernel<Codec><<<grid_for(exec, words), 256, 0, exec.stream()>>>(
-          bytes, payload.size(), out.data(), out.size(), alpha, counts + words, exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(bitmap_apply_kernel<Codec, T>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(),
+             out.data(), out.size(), alpha, counts + words, exec.status_word());
     }
     if constexpr (may_delta) {
-      delta_apply_kernel<Codec><<<grid_for(exec, chunk_bound), 256, 0, exec.stream()>>>(
-          bytes, payload.size(), out.data(), out.size(), alpha, exec.status_word());
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(delta_apply_kernel<Codec, T>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes, payload.size(),
+             out.data(), out.size(), alpha, exec.status_word());
     }
   }
 };

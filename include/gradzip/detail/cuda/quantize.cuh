@@ -9,9 +9,10 @@
 namespace gradzip::detail {
 
 template <class Values, class T, class IndexOf>
-__global__ void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
-                                      std::uint8_t* scales, std::uint32_t* codes, IndexOf index_of,
-                                      quantize::compress_context ctx) {
+__global__ __launch_bounds__(block_threads)
+void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
+                           std::uint8_t* scales, std::uint32_t* codes, IndexOf index_of,
+                           quantize::compress_context ctx) {
   const unsigned lane = threadIdx.x % 32;
   const std::uint64_t warps = static_cast<std::uint64_t>(gridDim.x) * (blockDim.x / 32);
   const std::uint64_t buckets = Values::bucket_count(count);
@@ -52,11 +53,9 @@ struct values_backend<cuda> {
                              quantize::compress_context ctx) {
     if (count == 0) return;
     const std::uint64_t buckets = Values::bucket_count(count);
-    const unsigned warps_per_block = 8;
-    const unsigned blocks = grid_for(exec, buckets * 32, 32 * warps_per_block, 16);
-    encode_buckets_kernel<<<blocks, 32 * warps_per_block, 0, exec.stream()>>>(
-        values, x, count, scales, reinterpret_cast<std::uint32_t*>(codes), index_of, ctx);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    const unsigned blocks = grid_for(exec, buckets * 32, block_threads, 16);  // a warp per bucket
+    launch(encode_buckets_kernel<Values, T, IndexOf>, blocks, block_threads, 0, exec.stream(), values, x, count,
+           scales, reinterpret_cast<std::uint32_t*>(codes), index_of, ctx);
   }
 };
 

@@ -16,8 +16,9 @@ namespace gradzip::detail {
 using sampled_search = sparsify::detail::threshold_search;
 
 template <class T>
-__global__ void sample_keys_kernel(const T* x, std::uint64_t n, std::uint64_t s, std::uint64_t seed,
-                                   std::uint32_t* keys) {
+__global__ __launch_bounds__(block_threads)
+void sample_keys_kernel(const T* x, std::uint64_t n, std::uint64_t s, std::uint64_t seed,
+                        std::uint32_t* keys) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < s; j += stride) {
     const std::uint64_t i = sparsify::sampled_topk::sample_position(seed, n, s, j);
@@ -25,8 +26,9 @@ __global__ void sample_keys_kernel(const T* x, std::uint64_t n, std::uint64_t s,
   }
 }
 
-__global__ inline void search_start_kernel(const std::uint32_t* sorted, std::uint64_t s, std::uint64_t k,
-                                           std::uint64_t n, sampled_search* state) {
+__global__ inline __launch_bounds__(1)
+void search_start_kernel(const std::uint32_t* sorted, std::uint64_t s, std::uint64_t k,
+                         std::uint64_t n, sampled_search* state) {
   std::uint64_t high_rank = 1, low_rank = 1;
   sampled_search::bracket_ranks(k, n, s, high_rank, low_rank);
   sampled_search st;
@@ -35,8 +37,9 @@ __global__ inline void search_start_kernel(const std::uint32_t* sorted, std::uin
 }
 
 template <class T>
-__global__ void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* state,
-                                        unsigned long long* hist) {
+__global__ __launch_bounds__(block_threads)
+void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* state,
+                             unsigned long long* hist) {
   __shared__ unsigned int local[sampled_search::bins + 1];
   const sampled_search st = *state;
   if (st.done) return;  // the whole grid alike
@@ -54,8 +57,9 @@ __global__ void search_histogram_kernel(const T* x, std::uint64_t n, const sampl
 }
 
 /// The round's verdict; the histogram is cleared for the next round.
-__global__ inline void search_decide_kernel(sampled_search* state, unsigned long long* hist, std::uint64_t k,
-                                            std::uint64_t cap) {
+__global__ inline __launch_bounds__(block_threads)
+void search_decide_kernel(sampled_search* state, unsigned long long* hist, std::uint64_t k,
+                          std::uint64_t cap) {
   if (threadIdx.x == 0 && !state->done) {
     sampled_search st = *state;
     st.decide(reinterpret_cast<const std::uint64_t*>(hist), k, cap);
@@ -96,19 +100,16 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     auto* sorted = reinterpret_cast<std::uint32_t*>(scratch + l.sorted);
     const std::uint64_t size = s.sample_size(n);
     cudaStream_t stream = exec.stream();
-    sample_keys_kernel<<<grid_for(exec, size), 256, 0, stream>>>(x.data(), n, size, s.seed(), keys);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(sample_keys_kernel<T>, grid_for(exec, size), block_threads, 0, stream, x.data(), n, size, s.seed(), keys);
     std::size_t temp_bytes = l.sort_temp_bytes;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted,
                                                               size, 0, 32, stream));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(hist, 0, (sampled_search::bins + 1) * sizeof(unsigned long long), stream));
-    search_start_kernel<<<1, 1, 0, stream>>>(sorted, size, k, n, state);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(search_start_kernel, 1, 1, 0, stream, sorted, size, k, n, state);
     const std::uint64_t cap = sparsify::sampled_topk::upper_count(k, n);
     for (int round = 0; round < sampled_search::max_rounds; ++round) {
-      search_histogram_kernel<<<grid_for(exec, n), 256, 0, stream>>>(x.data(), n, state, hist);
-      search_decide_kernel<<<1, 256, 0, stream>>>(state, hist, k, cap);
-      GRADZIP_CUDA_TRY(cudaGetLastError());
+      launch(search_histogram_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, state, hist);
+      launch(search_decide_kernel, 1, block_threads, 0, stream, state, hist, k, cap);
     }
     return inner::count_on_device_with(exec, x, threshold_of(state));
   }

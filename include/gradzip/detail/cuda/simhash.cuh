@@ -34,16 +34,18 @@ __device__ inline void flip_and_scale(float* v, const sh::projection& p, std::ui
   __syncthreads();
 }
 
-__global__ inline void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::uint32_t block,
-                                    std::uint32_t bits, std::uint64_t seed, quantize::compress_context ctx) {
+__global__ inline __launch_bounds__(1)
+void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::uint32_t block,
+                  std::uint32_t bits, std::uint64_t seed, quantize::compress_context ctx) {
   sh::write_frame(base, n, type, block, bits, seed, ctx);
 }
 
 template <class T>
-__global__ void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint64_t scales_at,
-                                std::uint64_t codes_at, std::uint32_t block, std::uint32_t bits, std::uint64_t seed,
-                                quantize::compress_context ctx, float inverse_sqrt) {
-  extern __shared__ float v[];
+__global__ __launch_bounds__(block_threads)
+void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint64_t scales_at,
+                     std::uint64_t codes_at, std::uint32_t block, std::uint32_t bits, std::uint64_t seed,
+                     quantize::compress_context ctx, float inverse_sqrt) {
+  float* v = dynamic_shared_memory<float>();
   __shared__ double norm2;
   __shared__ std::uint32_t scale;
   const std::uint64_t b = blockIdx.x;
@@ -95,12 +97,13 @@ __device__ inline bool parse_frame(const std::uint8_t* bytes, std::uint64_t size
 }
 
 __device__ inline sh::frame& shared_frame() {
-  __shared__ alignas(sh::frame) unsigned char storage[sizeof(sh::frame)];
+  alignas(sh::frame) __shared__ unsigned char storage[sizeof(sh::frame)];
   return *reinterpret_cast<sh::frame*>(storage);
 }
 
-__global__ inline void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
-                                       std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st) {
+__global__ inline __launch_bounds__(block_threads)
+void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
+                     std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st) {
   sh::frame& f = shared_frame();
   if (!parse_frame(bytes, size, n, type, block, bits, seed, f, st)) return;
   const std::uint64_t blocks = (n + block - 1) / block;
@@ -112,11 +115,12 @@ __global__ inline void validate_kernel(const std::uint8_t* bytes, std::uint64_t 
 }
 
 template <class T>
-__global__ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
-                             std::uint32_t bits, std::uint64_t seed, float alpha, float inverse_sqrt,
-                             const wire::status* st) {
+__global__ __launch_bounds__(block_threads)
+void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
+                  std::uint32_t bits, std::uint64_t seed, float alpha, float inverse_sqrt,
+                  const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
-  extern __shared__ float u[];
+  float* u = dynamic_shared_memory<float>();
   sh::frame& f = shared_frame();
   if (!parse_frame(bytes, size, n, element_traits<T>::type, block, bits, seed, f, nullptr)) return;
   const std::uint64_t b = blockIdx.x;
@@ -149,7 +153,6 @@ template <>
 struct simhash_backend<cuda> {
   /// Shared memory holds one block of floats: 32 KB at most (the default per-block limit is 48 KB).
   static constexpr std::uint32_t max_block = 8192;
-  static constexpr unsigned threads = 256;
 
   static float inverse_sqrt(std::uint32_t block) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(block))); }
 
@@ -167,15 +170,14 @@ struct simhash_backend<cuda> {
                     " bytes, the payload needs ", l.total_bytes());
     require_aligned(out.data(), "simhash::compress");
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    simhash_device::frame_kernel<<<1, 1, 0, exec.stream()>>>(base, x.size(), element_traits<T>::type, s.block(),
-                                                            s.bits(), s.seed(), ctx);
+    launch(simhash_device::frame_kernel, 1, 1, 0, exec.stream(), base, x.size(), element_traits<T>::type, s.block(),
+           s.bits(), s.seed(), ctx);
     const std::uint64_t blocks = s.block_count(x.size());
     if (blocks > 0) {
-      simhash_device::compress_kernel<T><<<static_cast<unsigned>(blocks), threads, s.block() * sizeof(float), exec.stream()>>>(
-          x.data(), x.size(), base, l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(), ctx,
-          inverse_sqrt(s.block()));
+      launch(simhash_device::compress_kernel<T>, static_cast<unsigned>(blocks), block_threads, s.block() * sizeof(float),
+             exec.stream(), x.data(), x.size(), base, l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(),
+             ctx, inverse_sqrt(s.block()));
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
     return l.total_bytes();
   }
 
@@ -186,18 +188,17 @@ struct simhash_backend<cuda> {
     require_aligned(payload.data(), "simhash::decompress");
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     const std::uint64_t blocks = s.block_count(out.size());
-    simhash_device::validate_kernel<<<grid_for(exec, blocks), threads, 0, exec.stream()>>>(
-        bytes, payload.size(), out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word());
+    launch(simhash_device::validate_kernel, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes, payload.size(),
+           out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word());
     if (zero_first) {
-      zero_if_ok_kernel<T><<<grid_for(exec, out.size()), threads, 0, exec.stream()>>>(out.data(), out.size(),
-                                                                                  exec.status_word());
+      launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
+             exec.status_word());
     }
     if (blocks > 0) {
-      simhash_device::apply_kernel<T><<<static_cast<unsigned>(blocks), threads, s.block() * sizeof(float), exec.stream()>>>(
-          bytes, payload.size(), out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha, inverse_sqrt(s.block()),
-          exec.status_word());
+      launch(simhash_device::apply_kernel<T>, static_cast<unsigned>(blocks), block_threads, s.block() * sizeof(float),
+             exec.stream(), bytes, payload.size(), out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha,
+             inverse_sqrt(s.block()), exec.status_word());
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
 };
 

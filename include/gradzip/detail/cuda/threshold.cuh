@@ -14,7 +14,7 @@
 namespace gradzip::detail {
 
 struct threshold_tiles {
-  static constexpr unsigned threads = 256;
+  static constexpr unsigned threads = block_threads;
   static constexpr unsigned rounds = 16;
   static constexpr std::uint64_t tile = threads * rounds;
   static std::uint64_t count(std::uint64_t n) { return n == 0 ? 1 : (n + tile - 1) / tile; }
@@ -28,7 +28,8 @@ __device__ inline bool passes_at(V v, std::uint64_t, Tau t) {
 }
 
 template <class T, class Tau>
-__global__ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t* tile_counts) {
+__global__ __launch_bounds__(threshold_tiles::threads)
+void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t* tile_counts) {
   using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
   __shared__ typename reduce::TempStorage storage;
   const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
@@ -42,14 +43,16 @@ __global__ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::
 }
 
 /// total = offset + count of the last tile.
-__global__ inline void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* counts,
-                                              std::uint64_t tiles, std::uint64_t* total) {
+__global__ inline __launch_bounds__(1)
+void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* counts,
+                            std::uint64_t tiles, std::uint64_t* total) {
   *total = offsets[tiles - 1] + counts[tiles - 1];
 }
 
 template <class T, class Tau, class Sink>
-__global__ void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, const std::uint64_t* tile_offsets,
-                                      Sink sink) {
+__global__ __launch_bounds__(threshold_tiles::threads)
+void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, const std::uint64_t* tile_offsets,
+                           Sink sink) {
   using scan = cub::BlockScan<unsigned, threshold_tiles::threads>;
   __shared__ typename scan::TempStorage storage;
   const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
@@ -98,14 +101,12 @@ struct structure_backend<cuda, sparsify::threshold> {
   template <class T, class Tau>
   static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    threshold_count_kernel<<<static_cast<unsigned>(c.tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-        x.data(), x.size(), t, c.counts);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(threshold_count_kernel<T, Tau>, c.tiles, threshold_tiles::threads, 0, exec.stream(), x.data(), x.size(), t,
+           c.counts);
     void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, c.counts, c.offsets, c.tiles, exec.stream()));
-    threshold_total_kernel<<<1, 1, 0, exec.stream()>>>(c.offsets, c.counts, c.tiles, c.total);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(threshold_total_kernel, 1, 1, 0, exec.stream(), c.offsets, c.counts, c.tiles, c.total);
     return c.total;
   }
 
@@ -130,9 +131,8 @@ struct structure_backend<cuda, sparsify::threshold> {
   static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    threshold_emit_kernel<<<static_cast<unsigned>(c.tiles), threshold_tiles::threads, 0, exec.stream()>>>(
-        x.data(), x.size(), t, c.offsets, sink);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(threshold_emit_kernel<T, Tau, Sink>, c.tiles, threshold_tiles::threads, 0, exec.stream(), x.data(),
+           x.size(), t, c.offsets, sink);
   }
 
  private:

@@ -21,15 +21,17 @@
 namespace gradzip::detail {
 
 template <class Key>
-__global__ void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
+__global__ __launch_bounds__(1)
+void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
   *st = cuda_topk_state<Key>{0, 0, k, 0};
 }
 
 /// Histogram of a narrow digit (at most 12 bits) in shared memory, flushed once per block.
 template <class T, class Key, int MaxBins>
-__global__ void narrow_histogram_kernel(const T* x, std::uint64_t n,
-                                        const cuda_topk_state<Key>* st, radix_digit d,
-                                        std::uint64_t* hist) {
+__global__ __launch_bounds__(block_threads)
+void narrow_histogram_kernel(const T* x, std::uint64_t n,
+                             const cuda_topk_state<Key>* st, radix_digit d,
+                             std::uint64_t* hist) {
   __shared__ unsigned int local[MaxBins];
   const int bins = 1 << d.width;
   for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
@@ -49,8 +51,9 @@ __global__ void narrow_histogram_kernel(const T* x, std::uint64_t n,
 
 /// Histogram of a wide digit: global fine counters (warp-aggregated) and shared coarse ones.
 template <class T, class Key>
-__global__ void wide_histogram_kernel(const T* x, std::uint64_t n, const cuda_topk_state<Key>* st,
-                                      radix_digit d, std::uint64_t* fine, std::uint64_t* coarse) {
+__global__ __launch_bounds__(block_threads)
+void wide_histogram_kernel(const T* x, std::uint64_t n, const cuda_topk_state<Key>* st,
+                           radix_digit d, std::uint64_t* fine, std::uint64_t* coarse) {
   constexpr int coarse_bins = 1 << cuda_topk_coarse_bits;
   __shared__ unsigned int local[coarse_bins];
   for (int b = threadIdx.x; b < coarse_bins; b += blockDim.x) local[b] = 0;
@@ -117,7 +120,8 @@ __device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std:
 }
 
 template <class Key>
-__global__ void narrow_select_kernel(const std::uint64_t* hist, radix_digit d, cuda_topk_state<Key>* st) {
+__global__ __launch_bounds__(cuda_topk_select_threads)
+void narrow_select_kernel(const std::uint64_t* hist, radix_digit d, cuda_topk_state<Key>* st) {
   int bin = 0;
   std::uint64_t above = 0;
   block_find_rank(hist, 1 << d.width, st->rank, bin, above);
@@ -125,8 +129,9 @@ __global__ void narrow_select_kernel(const std::uint64_t* hist, radix_digit d, c
 }
 
 template <class Key>
-__global__ void wide_select_kernel(const std::uint64_t* fine, const std::uint64_t* coarse,
-                                   radix_digit d, cuda_topk_state<Key>* st) {
+__global__ __launch_bounds__(cuda_topk_select_threads)
+void wide_select_kernel(const std::uint64_t* fine, const std::uint64_t* coarse,
+                        radix_digit d, cuda_topk_state<Key>* st) {
   const int window = 1 << (d.width - cuda_topk_coarse_bits);
   int c = 0, f = 0;
   std::uint64_t above_coarse = 0, above_fine = 0;
@@ -197,8 +202,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   const std::size_t scan_bytes = total - cuda_topk_scratch<Key>::counters_bytes - 256;
   cuda_topk_scratch<Key> s(exec.scratch(total), scan_bytes);
 
-  topk_init_kernel<<<1, 1, 0, stream>>>(s.state, k);
-  GRADZIP_CUDA_TRY(cudaGetLastError());
+  launch(topk_init_kernel<Key>, 1, 1, 0, stream, s.state, k);
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
   const unsigned grid = grid_for(exec, n, 256, 4);
@@ -206,14 +210,13 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
     const radix_digit d = digits[level];
     if (d.width <= 12) {
       GRADZIP_CUDA_TRY(cudaMemsetAsync(s.narrow, 0, (std::size_t{1} << d.width) * 8, stream));
-      narrow_histogram_kernel<T, Key, 4096><<<grid, 256, 0, stream>>>(x.data(), n, s.state, d, s.narrow);
-      narrow_select_kernel<<<1, cuda_topk_select_threads, 0, stream>>>(s.narrow, d, s.state);
+      launch(narrow_histogram_kernel<T, Key, 4096>, grid, block_threads, 0, stream, x.data(), n, s.state, d, s.narrow);
+      launch(narrow_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.narrow, d, s.state);
     } else {
       GRADZIP_CUDA_TRY(cudaMemsetAsync(s.fine, 0, (s.fine_bins + s.coarse_bins) * 8, stream));
-      wide_histogram_kernel<<<grid, 256, 0, stream>>>(x.data(), n, s.state, d, s.fine, s.coarse);
-      wide_select_kernel<<<1, cuda_topk_select_threads, 0, stream>>>(s.fine, s.coarse, d, s.state);
+      launch(wide_histogram_kernel<T, Key>, grid, block_threads, 0, stream, x.data(), n, s.state, d, s.fine, s.coarse);
+      launch(wide_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.fine, s.coarse, d, s.state);
     }
-    GRADZIP_CUDA_TRY(cudaGetLastError());
   }
   auto its = topk_scan_iterators<T, Key>(x.data(), s.state, sink);
   std::size_t bytes = s.scan_bytes;
@@ -222,7 +225,8 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
 }
 
 template <class T, class Sink>
-__global__ void dense_emit_kernel(const T* x, std::uint64_t n, Sink sink) {
+__global__ __launch_bounds__(block_threads)
+void dense_emit_kernel(const T* x, std::uint64_t n, Sink sink) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -238,14 +242,14 @@ struct structure_backend<cuda, sparsify::none> {
   static void select(cuda& exec, const sparsify::none&, span<const T> x, std::uint64_t,
                      const Sink& sink) {
     if (x.empty()) return;
-    dense_emit_kernel<<<grid_for(exec, x.size()), 256, 0, exec.stream()>>>(x.data(), x.size(), sink);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(dense_emit_kernel<T, Sink>, grid_for(exec, x.size()), block_threads, 0, exec.stream(), x.data(), x.size(), sink);
   }
 };
 
 template <class Structure, class T, class Sink>
-__global__ void implicit_emit_kernel(frame_params sp, const T* x, std::uint64_t n, std::uint64_t k,
-                                     Sink sink) {
+__global__ __launch_bounds__(block_threads)
+void implicit_emit_kernel(frame_params sp, const T* x, std::uint64_t n, std::uint64_t k,
+                          Sink sink) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k;
        j += stride) {
@@ -261,8 +265,8 @@ struct implicit_backend<cuda> {
   static void select(cuda& exec, const frame_params& sp, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
     if (k == 0) return;
-    implicit_emit_kernel<Structure><<<grid_for(exec, k), 256, 0, exec.stream()>>>(sp, x.data(), x.size(), k, sink);
-    GRADZIP_CUDA_TRY(cudaGetLastError());
+    launch(implicit_emit_kernel<Structure, T, Sink>, grid_for(exec, k), block_threads, 0, exec.stream(), sp, x.data(), x.size(),
+           k, sink);
   }
 };
 

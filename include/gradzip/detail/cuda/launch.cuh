@@ -1,0 +1,52 @@
+// Every kernel launch in gradzip goes through detail::launch: <<<>>> and the launch's error
+// check under nvcc, the CPU SIMT backend's launcher in a SIMT build (tests/simt), so the very
+// same call sites run on a GPU and, without one, in CI.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "gradzip/core/error.hpp"
+
+namespace gradzip::detail {
+
+/// Threads per block of gradzip's grid-stride kernels; their `__launch_bounds__`.
+inline constexpr unsigned block_threads = 256;
+
+/// The largest grid.x a CUDA device accepts (every architecture gradzip supports).
+inline constexpr std::uint64_t max_grid_blocks = 0x7FFFFFFFu;
+
+/**
+ * kernel<<<blocks, threads, shared_bytes, stream>>>(args...), then throws gradzip::cuda_error if
+ * the launch failed. `blocks` is 64-bit so that no caller narrows a count: more than a grid
+ * holds is an invalid_argument here, never a silent wrap (kernels over more work than that
+ * stride over it). A kernel template is passed instantiated (`kernel<T>`): a launch through a
+ * pointer cannot deduce template arguments.
+ */
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, std::size_t shared_bytes,
+            cudaStream_t stream, Args&&... args) {
+  GRADZIP_EXPECTS(blocks <= max_grid_blocks, "launch: ", blocks, " blocks exceed a CUDA grid (at most ",
+                  max_grid_blocks, ")");
+#if defined(GRADZIP_SIMT)
+  ::gradzip_simt::launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), shared_bytes, stream,
+                         std::forward<Args>(args)...);
+#else
+  kernel<<<static_cast<unsigned>(blocks), threads, shared_bytes, stream>>>(std::forward<Args>(args)...);
+#endif
+  GRADZIP_CUDA_TRY(cudaGetLastError());
+}
+
+/// The block's dynamic shared memory (the launch's `shared_bytes`), 16-byte aligned.
+template <class T>
+__device__ T* dynamic_shared_memory() {
+#if defined(GRADZIP_SIMT)
+  return static_cast<T*>(::gradzip_simt::dynamic_shared());
+#else
+  extern __shared__ __align__(16) unsigned char gradzip_dynamic_shared[];
+  return reinterpret_cast<T*>(gradzip_dynamic_shared);
+#endif
+}
+
+}  // namespace gradzip::detail

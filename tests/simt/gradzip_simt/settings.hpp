@@ -1,0 +1,38 @@
+// How the SIMT backend runs: thread and block order, strictness, the emulated device's size.
+// Set from the command line of a SIMT test binary (main.cpp strips the --simt-* options).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradzip_simt {
+
+struct settings {
+  /// 0: threads, blocks and the order warps resume in follow their indices; otherwise a seed
+  /// for a shuffled (but reproducible) order at every scheduling round.
+  std::uint64_t shuffle_seed = 0;
+  /// Strict barriers: every thread of a block must reach the same __syncthreads (same call
+  /// site, none exited), and every lane of a warp operation the same call site.
+  bool strict = false;
+  /// The emulated device: multiprocessors (what grid-stride launches size their grid from)
+  /// and the largest grid.x a launch may ask for.
+  int sm_count = 4;
+  unsigned max_grid_x = 0x7FFFFFFFu;
+  /// A fault ends the launch with cudaErrorLaunchFailure (returned by the next synchronizing
+  /// call, its message kept for take_fault) instead of aborting: for the backend's own tests.
+  bool expect_faults = false;
+};
+
+settings& config();
+
+/// The message of the last fault under expect_faults (empty if none), and clears it.
+std::string take_fault();
+
+/// Applies and removes the --simt-* options of argv; returns the new argc. Options:
+///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N
+int parse_options(int argc, char** argv);
+
+/// Device memory allocated and not yet freed, in bytes (leak checks in tests).
+std::size_t live_device_bytes();
+
+}  // namespace gradzip_simt

@@ -1,0 +1,3 @@
+// The SIMT backend's CUB: this path shadows the real <cub/device/device_scan.cuh> in SIMT builds.
+#pragma once
+#include "gradzip_simt/cub.hpp"

@@ -816,3 +816,81 @@ TEST_CASE("cuda Hadamard-rotated codecs equal the host's bytes and decode alike"
     }
   }
 }
+
+namespace {
+
+/// The reason a format_error gives, without the executor's prefix ("decompress (cuda): ...").
+std::string reason(const gz::format_error& e) {
+  const std::string w = e.what();
+  const auto at = w.find(": ");
+  return at == std::string::npos ? w : w.substr(at + 2);
+}
+
+/// Decoding `payload` on the device fails with exactly the host's error (code and numbers).
+template <class Decode>
+void check_same_failure(const std::vector<std::byte>& payload, std::size_t n, Decode decode) {
+  gz::host host;
+  gz::cuda dev;
+  std::vector<float> h(n, 1.0f);
+  std::string want;
+  gz::wire::format_errc want_code{};
+  try {
+    decode(host, gz::span<const std::byte>(payload), gz::span<float>(h));
+    FAIL("the host accepted the payload");
+  } catch (const gz::format_error& e) {
+    want = reason(e);
+    want_code = e.code();
+  }
+  device_vector<std::byte> dp(payload);
+  device_vector<float> acc(std::vector<float>(n, 1.0f));
+  decode(dev, gz::span<const std::byte>(dp.data, payload.size()), acc.view());
+  try {
+    dev.check();
+    FAIL("the device accepted the payload");
+  } catch (const gz::format_error& e) {
+    CHECK(e.code() == want_code);
+    CHECK(reason(e) == want);
+  }
+  CHECK(acc.download() == std::vector<float>(n, 1.0f));
+}
+
+}  // namespace
+
+TEST_CASE("cuda decoding reports the host's first failure whatever the thread order", "[gpu]") {
+  REQUIRE_GPU();
+  gz::host host;
+  const std::size_t n = 200000;
+  const auto x = gradzip_tools::synthetic_gradient<float>(n, 81);
+  // COO: failures at many elements in many blocks; the host reports the lowest (element 1500).
+  const gz::codec<gz::sparsify::topk> coo{gz::sparsify::topk::count(20000)};
+  auto p = test::compress(coo, host, x);
+  const auto indices = gz::wire::read_header(gz::span<const std::byte>(p)).sections[1].offset;
+  for (std::size_t j = 19000; j >= 1500; j -= 500) {
+    const std::uint32_t bad = j % 1000 == 0 ? 0xFFFFFFFFu : 0u;  // out of range, or not increasing
+    std::memcpy(p.data() + indices + 4 * j, &bad, 4);
+  }
+  const auto decode = [&](const auto& c) {
+    return [&c](auto& exec, gz::span<const std::byte> bytes, gz::span<float> out) { c.decompress_add(exec, bytes, out); };
+  };
+  check_same_failure(p, n, decode(coo));
+
+  // Delta-varint: several chunks whose base lies past n; the host reports the lowest (chunk 2).
+  const gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::delta_varint> delta{gz::sparsify::topk::count(20000)};
+  p = test::compress(delta, host, x);
+  const auto table = gz::wire::read_header(gz::span<const std::byte>(p)).sections[1].offset;
+  for (std::size_t c : {17u, 11u, 5u, 2u}) {
+    const std::uint64_t past = n + c;
+    std::memcpy(p.data() + table + c * gz::encode::delta_varint::entry_bytes, &past, 8);
+  }
+  check_same_failure(p, n, decode(delta));
+
+  // SimHash: several blocks whose scale has its sign bit set; the host reports the lowest (block 3).
+  const gz::hash::simhash sh{64, 16, 5};
+  std::vector<std::byte> s(sh.max_compressed_bytes<float>(n));
+  s.resize(sh.compress(host, gz::span<const float>(x), gz::span<std::byte>(s)));
+  const auto scales = gz::wire::read_header(gz::span<const std::byte>(s)).sections[1].offset;
+  for (std::size_t b : {3000u, 1200u, 700u, 3u}) s[scales + 4 * b + 3] |= std::byte{0x80};
+  check_same_failure(s, n, [&](auto& exec, gz::span<const std::byte> bytes, gz::span<float> out) {
+    sh.decompress_add(exec, bytes, out);
+  });
+}

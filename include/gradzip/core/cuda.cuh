@@ -54,9 +54,13 @@ namespace gradzip {
 
 class cuda {
  public:
+  /// A validation pass's pending word when no position has failed.
+  static constexpr unsigned long long no_failure = ~0ull;
+
   explicit cuda(cudaStream_t stream = nullptr) : stream_(stream) {
-    GRADZIP_CUDA_TRY(cudaMalloc(&status_, sizeof(wire::status)));
-    GRADZIP_CUDA_TRY(cudaMemsetAsync(status_, 0, sizeof(wire::status), stream_));
+    GRADZIP_CUDA_TRY(cudaMalloc(&status_, sizeof(status_words)));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->first, 0, sizeof(wire::status), stream_));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->pending, 0xFF, sizeof(status_->pending), stream_));
     int device = 0;
     GRADZIP_CUDA_TRY(cudaGetDevice(&device));
     GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -97,8 +101,13 @@ class cuda {
     return scratch_;
   }
 
-  /// The decoders' status word (device memory).
-  wire::status* status_word() noexcept { return status_; }
+  /// The decoders' status word (device memory): the first failure since the last check().
+  wire::status* status_word() noexcept { return &status_->first; }
+
+  /// The lowest failing position of the validation pass in flight (device memory; no_failure
+  /// between passes), so that a decode reports the failure the host reports whatever the order
+  /// its threads run in.
+  unsigned long long* pending_failure() noexcept { return &status_->pending; }
 
   /// Waits for the stream's work to finish.
   void synchronize() { GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_)); }
@@ -108,14 +117,19 @@ class cuda {
   void check() {
     synchronize();
     wire::status s;
-    GRADZIP_CUDA_TRY(cudaMemcpy(&s, status_, sizeof(s), cudaMemcpyDeviceToHost));
+    GRADZIP_CUDA_TRY(cudaMemcpy(&s, &status_->first, sizeof(s), cudaMemcpyDeviceToHost));
     if (!s.ok()) {
-      GRADZIP_CUDA_TRY(cudaMemset(status_, 0, sizeof(wire::status)));
+      GRADZIP_CUDA_TRY(cudaMemset(&status_->first, 0, sizeof(wire::status)));
       wire::throw_if_failed(s, "decompress (cuda)");
     }
   }
 
  private:
+  struct status_words {
+    wire::status first;
+    unsigned long long pending;
+  };
+
   void swap(cuda& o) noexcept {
     std::swap(stream_, o.stream_);
     std::swap(scratch_, o.scratch_);
@@ -127,7 +141,7 @@ class cuda {
   cudaStream_t stream_ = nullptr;
   std::byte* scratch_ = nullptr;
   std::size_t capacity_ = 0;
-  wire::status* status_ = nullptr;
+  status_words* status_ = nullptr;
   int sm_count_ = 0;
 };
 

@@ -20,7 +20,9 @@ void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_
   Codec::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
 }
 
-/// Records the first failure: only the thread that claims the empty word writes the numbers.
+/// Records the first failure: only the thread that claims the empty word writes the numbers. For
+/// failures only one thread can meet (a frame checked by one thread); where many threads check
+/// many positions, note_failure and settle pick the one the host reports.
 __device__ inline void record_failure(wire::status* st, const wire::status& s) {
   auto* code = reinterpret_cast<unsigned int*>(&st->code);
   if (atomicCAS(code, 0u, static_cast<unsigned int>(s.code)) == 0u) {
@@ -28,6 +30,26 @@ __device__ inline void record_failure(wire::status* st, const wire::status& s) {
     st->b = s.b;
     st->c = s.c;
   }
+}
+
+/// Notes that position p failed the validation pass in flight. The lowest position wins whatever
+/// order the threads run in; settle() then reports that position's failure, as the host does.
+__device__ inline void note_failure(unsigned long long* pending, std::uint64_t p) { atomicMin(pending, p); }
+
+/// One thread, after a validation pass: `recheck(p)` (the pass's own check) at the lowest failing
+/// position becomes the executor's failure, unless an earlier one is recorded; the note clears.
+template <class Recheck>
+__global__ __launch_bounds__(1)
+void settle_kernel(Recheck recheck, wire::status* st, unsigned long long* pending) {
+  const unsigned long long p = *pending;
+  if (p == cuda::no_failure) return;
+  if (st->ok()) *st = recheck(p);
+  *pending = cuda::no_failure;
+}
+
+template <class Recheck>
+void settle(cuda& exec, const Recheck& recheck) {
+  launch(settle_kernel<Recheck>, 1, 1, 0, exec.stream(), recheck, exec.status_word(), exec.pending_failure());
 }
 
 /// Thread 0 runs `check` (a wire::status; it may fill shared memory for the block); returns,
@@ -68,17 +90,28 @@ __device__ inline payload_view& shared_view() {
 template <class Codec>
 __global__ __launch_bounds__(block_threads)
 void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                     wire::status* st) {
+                     wire::status* st, unsigned long long* pending) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
   if constexpr (!Codec::checks_elements) return;  // nothing beyond the frame to check
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
-    const wire::status s = Codec::check_index(v, j);
-    if (!s.ok()) record_failure(st, s);
+    if (!Codec::check_index(v, j).ok()) note_failure(pending, j);
   }
 }
+
+/// validate_kernel's element check, for settle.
+template <class Codec>
+struct element_recheck {
+  const std::uint8_t* bytes;
+  std::uint64_t size;
+  __device__ wire::status operator()(std::uint64_t j) const {
+    payload_view v;
+    Codec::parse(bytes, size, v);  // it passed in validate_kernel
+    return Codec::check_index(v, j);
+  }
+};
 
 template <class T>
 __global__ __launch_bounds__(block_threads)
@@ -156,10 +189,15 @@ void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, 
 }
 
 // Delta-varint indices: one thread per 1024-index chunk, once to validate, once to accumulate.
+__device__ inline wire::status check_chunk(const payload_view& v, std::uint64_t out_size, std::uint64_t c) {
+  return encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size, v.index_width, c,
+                                            [](std::uint64_t, std::uint64_t) {});
+}
+
 template <class Codec>
 __global__ __launch_bounds__(block_threads)
 void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                           wire::status* st) {
+                           unsigned long long* pending) {
   payload_view& v = shared_view();
   if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
   if (v.index_encoding != encode::delta_varint::id) return;
@@ -167,11 +205,21 @@ void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::u
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
        c += stride) {
-    const wire::status s = encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size,
-                                                              v.index_width, c, [](std::uint64_t, std::uint64_t) {});
-    if (!s.ok()) record_failure(st, s);
+    if (!check_chunk(v, out_size, c).ok()) note_failure(pending, c);
   }
 }
+
+/// delta_validate_kernel's chunk check, for settle.
+template <class Codec>
+struct chunk_recheck {
+  const std::uint8_t* bytes;
+  std::uint64_t size, out_size;
+  __device__ wire::status operator()(std::uint64_t c) const {
+    payload_view v;
+    Codec::parse(bytes, size, v);
+    return check_chunk(v, out_size, c);
+  }
+};
 
 template <class Codec, class T>
 __global__ __launch_bounds__(block_threads)
@@ -211,7 +259,9 @@ struct payload_backend<cuda> {
     // At most payload.size() / 4 entries can fit (a 2-byte value needs a 4-byte index): the
     // grid covers that bound; the kernels read the true count from the validated header.
     const unsigned grid = grid_for(exec, payload.size() / 4);
-    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.size(), exec.status_word());
+    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.size(),
+           exec.status_word(), exec.pending_failure());
+    if constexpr (Codec::checks_elements) settle(exec, element_recheck<Codec>{bytes, payload.size()});
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
@@ -235,8 +285,9 @@ struct payload_backend<cuda> {
     // At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
     const std::uint64_t chunk_bound = encode::delta_varint::chunks(std::min<std::uint64_t>(out.size(), payload.size()));
     if constexpr (may_delta) {
-      launch(delta_validate_kernel<Codec>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes, payload.size(),
-             out.size(), exec.status_word());
+      launch(delta_validate_kernel<Codec>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes,
+             payload.size(), out.size(), exec.pending_failure());
+      settle(exec, chunk_recheck<Codec>{bytes, payload.size(), out.size()});
     }
     if (overwrite && !out.empty()) {
       launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),

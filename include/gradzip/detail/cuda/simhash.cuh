@@ -103,16 +103,32 @@ __device__ inline sh::frame& shared_frame() {
 
 __global__ inline __launch_bounds__(block_threads)
 void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
-                     std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st) {
+                     std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st,
+                     unsigned long long* pending) {
   sh::frame& f = shared_frame();
   if (!parse_frame(bytes, size, n, type, block, bits, seed, f, st)) return;
   const std::uint64_t blocks = (n + block - 1) / block;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
-    const wire::status s = sh::check_block(bytes + f.scales, bytes + f.codes, b, bits);
-    if (!s.ok()) record_failure(st, s);
+    if (!sh::check_block(bytes + f.scales, bytes + f.codes, b, bits).ok()) note_failure(pending, b);
   }
 }
+
+/// validate_kernel's block check, for settle.
+struct block_recheck {
+  const std::uint8_t* bytes;
+  std::uint64_t size, n;
+  element_type type;
+  std::uint32_t block, bits;
+  std::uint64_t seed;
+  __device__ wire::status operator()(std::uint64_t b) const {
+    wire::header h;
+    sh::frame f;
+    wire::parse_header(bytes, size, h);  // the frame passed in validate_kernel
+    sh::check_frame(h, bytes, n, type, block, bits, seed, f);
+    return sh::check_block(bytes + f.scales, bytes + f.codes, b, bits);
+  }
+};
 
 template <class T>
 __global__ __launch_bounds__(block_threads)
@@ -188,8 +204,11 @@ struct simhash_backend<cuda> {
     require_aligned(payload.data(), "simhash::decompress");
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     const std::uint64_t blocks = s.block_count(out.size());
-    launch(simhash_device::validate_kernel, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes, payload.size(),
-           out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word());
+    launch(simhash_device::validate_kernel, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes,
+           payload.size(), out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word(),
+           exec.pending_failure());
+    settle(exec, simhash_device::block_recheck{bytes, payload.size(), out.size(), element_traits<T>::type, s.block(),
+                                               s.bits(), s.seed()});
     if (zero_first) {
       launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
              exec.status_word());

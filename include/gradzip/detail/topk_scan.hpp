@@ -17,7 +17,10 @@ namespace gradzip::detail {
 
 inline constexpr int cuda_topk_wide_bits = 20;    // digits after the first
 inline constexpr int cuda_topk_coarse_bits = 10;  // coarse bins of a wide digit
-inline constexpr int cuda_topk_select_threads = 1024;
+/// Threads of the one-block select kernels. 256, not 1024: ptxas gives them 80 registers on
+/// sm_90, and 80 x 1024 exceeds a block's 65,536 (the launch failed); at 256 each thread sums 16
+/// of the 4,096 bins, and tools/check_kernels.py guards the fit.
+inline constexpr int cuda_topk_select_threads = 256;
 
 template <class Key>
 struct cuda_topk_state {

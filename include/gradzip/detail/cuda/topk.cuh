@@ -97,14 +97,15 @@ __device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std:
   __shared__ int found_bin;
   __shared__ std::uint64_t found_above;
   const int per = (bins + cuda_topk_select_threads - 1) / cuda_topk_select_threads;
+  const int first = static_cast<int>(threadIdx.x) * per;
   // Thread t owns descending positions [t * per, (t + 1) * per): bins from the top down.
   std::uint64_t mine = 0;
-  for (int p = threadIdx.x * per; p < (threadIdx.x + 1) * per && p < bins; ++p) mine += hist[bins - 1 - p];
+  for (int p = first; p < first + per && p < bins; ++p) mine += hist[bins - 1 - p];
   std::uint64_t before = 0;
   scan_t(temp).ExclusiveSum(mine, before);
   if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank
     std::uint64_t acc = before;
-    for (int p = threadIdx.x * per; p < bins; ++p) {
+    for (int p = first; p < bins; ++p) {
       const std::uint64_t c = hist[bins - 1 - p];
       if (acc + c >= rank) {
         found_bin = bins - 1 - p;

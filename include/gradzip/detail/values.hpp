@@ -76,16 +76,17 @@ decltype(auto) with_element_type(element_type type, F&& f) {
 /**
  * y <- y + alpha * v with one rounding per step that both executors share: plain addition when
  * alpha is 1, else a fused multiply-add (fma), in double when y is double, in float otherwise,
- * then rounded to y's type.
+ * then rounded to y's type. The plain addition is add_rn: v is often a product (a decoded code
+ * times a scale), which nvcc would otherwise fuse into it.
  */
 template <class T>
 GRADZIP_HOST_DEVICE inline void accumulate(T& y, double v, float alpha) {
   if constexpr (std::is_same_v<T, double>) {
-    y = alpha == 1.0f ? y + v : fma(static_cast<double>(alpha), v, y);
+    y = alpha == 1.0f ? add_rn(y, v) : fma(static_cast<double>(alpha), v, y);
   } else {
     const float yf = to_float(y);
     const float vf = static_cast<float>(v);
-    y = from_double<T>(alpha == 1.0f ? yf + vf : fmaf(alpha, vf, yf));
+    y = from_double<T>(alpha == 1.0f ? add_rn(yf, vf) : fmaf(alpha, vf, yf));
   }
 }
 

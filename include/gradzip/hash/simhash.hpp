@@ -325,10 +325,10 @@ class simhash {
     double lane[32];
     for (int l = 0; l < 32; ++l) lane[l] = 0.0;
     for (std::uint32_t t = 0; t < count; t += 32) {
-      for (std::uint32_t l = 0; l < 32 && t + l < count; ++l) lane[l] += term(t + l);
+      for (std::uint32_t l = 0; l < 32 && t + l < count; ++l) lane[l] = gradzip::detail::add_rn(lane[l], term(t + l));
     }
     for (int offset = 16; offset > 0; offset /= 2) {
-      for (int l = 0; l < offset; ++l) lane[l] += lane[l + offset];
+      for (int l = 0; l < offset; ++l) lane[l] = gradzip::detail::add_rn(lane[l], lane[l + offset]);
     }
     return lane[0];
   }

@@ -49,10 +49,11 @@ struct onebit : bucketed_stage<1, Bucket, onebit_record> {
   GRADZIP_HOST_DEVICE static bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
   GRADZIP_HOST_DEVICE static void add(bucket_stats& s, float v) {
     // Arithmetic instead of branches, so the host loop vectorizes. Adding v x 0 (= ±0 for a
-    // finite v) leaves a sum unchanged; a non-finite v poisons the bucket anyway.
+    // finite v) leaves a sum unchanged; a non-finite v poisons the bucket anyway. Rounded
+    // separately, as the host does: nvcc would otherwise fuse each product into its sum.
     const float negative = v < 0.0f ? 1.0f : 0.0f;
-    s.v[2] += v * negative;
-    s.v[0] += v * (1.0f - negative);
+    s.v[2] = gradzip::detail::add_rn(s.v[2], gradzip::detail::mul_rn(v, negative));
+    s.v[0] = gradzip::detail::add_rn(s.v[0], gradzip::detail::mul_rn(v, 1.0f - negative));
     s.v[1] += 1.0f - negative;
     s.v[3] = non_finite_flag(s.v[3], v);
   }

@@ -88,7 +88,7 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
     const float a = fabsf(v);
     const float magnitude = a < r.scaler ? a : r.scaler;  // clipping (a no-op without Clip)
     const float u = uniform_float(random);
-    if (magnitude / r.scaler + u < 1.0f) return 0;
+    if (gradzip::detail::add_rn(magnitude / r.scaler, u) < 1.0f) return 0;  // u's scaling product is not fused in
     return v < 0.0f ? 2u : 1u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

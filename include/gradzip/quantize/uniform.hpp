@@ -110,7 +110,9 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
     if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
     const float t = (v - r.lo) / r.step;  // >= 0: v >= lo
     const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
-    const float rounded = t + offset;  // truncation below is floor: rounded >= 0
+    // Truncation below is floor (rounded >= 0). add_rn: the offset's scaling product (stochastic
+    // rounding) must not be fused into this sum.
+    const float rounded = gradzip::detail::add_rn(t, offset);
     // Through int (one vector instruction; float -> unsigned has none before AVX-512).
     return static_cast<unsigned>(static_cast<int>(stat_min(rounded, static_cast<float>(levels))));
   }

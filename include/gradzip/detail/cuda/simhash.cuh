@@ -14,12 +14,14 @@ namespace simhash_device {
 using sh = hash::simhash;
 
 /// The format's 32-lane sum (simhash::lane_sum) by the calling warp; lane 0 holds the result.
+/// Each term is added with its own rounding (add_rn): a term that is a product (the squared
+/// norm's) must not be fused into the sum, or the bytes differ from the host's.
 template <class Term>
 __device__ double warp_lane_sum(std::uint32_t count, Term term) {
   const unsigned lane = threadIdx.x & 31u;
   double acc = 0.0;
-  for (std::uint32_t t = lane; t < count; t += 32) acc += term(t);
-  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, offset);
+  for (std::uint32_t t = lane; t < count; t += 32) acc = add_rn(acc, term(t));
+  for (int offset = 16; offset > 0; offset /= 2) acc = add_rn(acc, __shfl_down_sync(0xFFFFFFFFu, acc, offset));
   return acc;
 }
 

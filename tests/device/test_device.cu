@@ -894,3 +894,30 @@ TEST_CASE("cuda decoding reports the host's first failure whatever the thread or
     sh.decompress_add(exec, bytes, out);
   });
 }
+
+TEST_CASE("cuda check() clears a failure on the executor's own stream (non-blocking streams)", "[gpu]") {
+  REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  GRADZIP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    gz::cuda dev{stream};
+    gz::host host;
+    const std::size_t n = 5000;
+    const gz::codec<gz::sparsify::topk> c{gz::sparsify::topk::count(50)};
+    const auto good = test::compress(c, host, gradzip_tools::synthetic_gradient<float>(n, 90));
+    auto bad = good;
+    bad[0] = std::byte{'X'};
+    device_vector<std::byte> dgood(good), dbad(bad);
+    device_vector<float> acc(std::vector<float>(n, 0.0f));
+    c.decompress_add(dev, gz::span<const std::byte>(dbad.data, bad.size()), acc.view());
+    CHECK_THROWS_AS(dev.check(), gz::format_error);
+    // The next decode must see the cleared word: a clear queued on another stream (the legacy
+    // one, which a non-blocking stream does not wait for) could land after it, or never before.
+    c.decompress_add(dev, gz::span<const std::byte>(dgood.data, good.size()), acc.view());
+    dev.check();
+    std::vector<float> want(n, 0.0f);
+    c.decompress_add(host, gz::span<const std::byte>(good), gz::span<float>(want));
+    CHECK(acc.download() == want);
+  }
+  GRADZIP_CUDA_TRY(cudaStreamDestroy(stream));
+}

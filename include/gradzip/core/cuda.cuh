@@ -113,13 +113,15 @@ class cuda {
   void synchronize() { GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_)); }
 
   /// Synchronizes, then throws format_error for the first bad payload a decode met since the
-  /// last check (and clears it).
+  /// last check (and clears it). The status word is read and cleared on the executor's stream:
+  /// the legacy stream that cudaMemcpy and cudaMemset use does not wait for, and is not waited
+  /// for by, a non-blocking stream.
   void check() {
-    synchronize();
     wire::status s;
-    GRADZIP_CUDA_TRY(cudaMemcpy(&s, &status_->first, sizeof(s), cudaMemcpyDeviceToHost));
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&s, &status_->first, sizeof(s), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
     if (!s.ok()) {
-      GRADZIP_CUDA_TRY(cudaMemset(&status_->first, 0, sizeof(wire::status)));
+      GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->first, 0, sizeof(wire::status), stream_));
       wire::throw_if_failed(s, "decompress (cuda)");
     }
   }

@@ -921,3 +921,51 @@ TEST_CASE("cuda check() clears a failure on the executor's own stream (non-block
   }
   GRADZIP_CUDA_TRY(cudaStreamDestroy(stream));
 }
+
+namespace {
+
+/// One rank whose collectives run on a CUDA stream of their own, as NCCL's do.
+class stream_communicator final : public gz::comm::communicator {
+ public:
+  explicit stream_communicator(cudaStream_t stream) : stream_(stream) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override {}  // one rank: the data is the sum
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override { sizes[0] = mine; }
+  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all,
+                        gz::span<const std::uint64_t>) override {
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(all.data(), mine.data(), mine.size(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void* cuda_stream() const noexcept override { return stream_; }
+
+ private:
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+TEST_CASE("cuda allreducer orders compress, the collectives' stream and decode", "[gpu]") {
+  REQUIRE_GPU();
+  cudaStream_t work = nullptr, network = nullptr;
+  GRADZIP_CUDA_TRY(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
+  GRADZIP_CUDA_TRY(cudaStreamCreateWithFlags(&network, cudaStreamNonBlocking));
+  {
+    using codec_t = gz::codec<gz::sparsify::topk>;
+    const std::size_t n = 30000;
+    const codec_t c{gz::sparsify::topk::ratio(0.01)};
+    gz::cuda dev{work};
+    stream_communicator comm{network};
+    gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, c, n, 1, false);
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 91);
+    device_vector<float> grad(g);
+    all.run(comm, dev, grad.view());
+    dev.check();
+    gz::host host;
+    std::vector<float> want(n);
+    const auto payload = test::compress(c, host, g);
+    c.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(want));
+    CHECK(grad.download() == want);
+  }
+  GRADZIP_CUDA_TRY(cudaStreamDestroy(work));
+  GRADZIP_CUDA_TRY(cudaStreamDestroy(network));
+}

@@ -62,6 +62,11 @@ class communicator {
   /// (from allgather_sizes).
   virtual void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all,
                                 span<const std::uint64_t> sizes) = 0;
+  /// The CUDA stream (a cudaStream_t) the collectives are queued on, for a communicator whose
+  /// collectives run on a GPU (NCCL); null for one that completes them before returning (MPI).
+  /// allreducer<Codec, T, gradzip::cuda> orders its compress before them and its decode after
+  /// them with events when this is not the executor's stream.
+  virtual void* cuda_stream() const noexcept { return nullptr; }
 };
 
 namespace detail {
@@ -122,12 +127,15 @@ class allreducer {
     last_bytes_ = feedback_ ? feedback_->compress(exec, span<const T>(grad), payload, ctx)
                             : codec_.compress(exec, span<const T>(grad), payload, ctx);
     const float average = 1.0f / static_cast<float>(ranks_);
+    // The collectives may run on a stream of their own (NCCL's): after compress, before decode.
+    ops::hand_over(exec, comm.cuda_stream());
     if constexpr (summable_path()) {
       // Every rank's frame is the same (same codec, n and count): sum the values section only.
       const wire::payload_layout l = Codec::layout(element_traits<T>::type, n_, codec_.structure().selected_count(n_));
       const auto& values = l.at(Codec::section_count - 1);
       const element_type type = *detail::summed_type<typename Codec::values_type, T>();
       comm.allreduce_sum(payload.data() + values.offset, values.size / element_size(type), type);
+      ops::take_back(exec, comm.cuda_stream());
       gradzip::detail::payload_backend<Exec>::decode(exec, codec_, span<const std::byte>(payload.data(), last_bytes_),
                                                       grad, average, true);
       check(exec);
@@ -146,6 +154,7 @@ class allreducer {
       span<std::byte> all = ops::view(gathered_);
       comm.allgatherv_bytes(span<const std::byte>(payload.data(), last_bytes_), all.subspan(0, total),
                             span<const std::uint64_t>(sizes_));
+      ops::take_back(exec, comm.cuda_stream());
       std::uint64_t at = 0;
       for (int r = 0; r < ranks_; ++r) {
         peers_[static_cast<std::size_t>(r)] = span<const std::byte>(all.data() + at, sizes_[r]);

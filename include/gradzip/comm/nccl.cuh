@@ -6,9 +6,10 @@
  * Buffers are device memory. `allreduce_sum` is one `ncclAllReduce` (fp32, fp64, fp16 and bf16
  * natively); `allgather_sizes` gathers into device memory and copies the sizes to the host (one
  * synchronization: the host needs them to lay out the gather); `allgatherv_bytes` is a group of
- * one `ncclBroadcast` per rank, each rank's payload straight into its place. Use the same stream
- * for the executor (`gradzip::cuda exec{stream}`) so that compress, the collectives and decode
- * stay ordered. Every NCCL error becomes a `gradzip::cuda_error` naming the call.
+ * one `ncclBroadcast` per rank, each rank's payload straight into its place. The executor may
+ * run on another stream than the communicator: allreducer orders compress before the
+ * collectives and decode after them with events (`communicator::cuda_stream`). Every NCCL
+ * error becomes a `gradzip::cuda_error` naming the call.
  *
  * This header includes <nccl.h>; the rest of gradzip never does. Link libnccl
  * (`find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})`).
@@ -52,6 +53,7 @@ class nccl_communicator final : public communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  void* cuda_stream() const noexcept override { return stream_; }
 
   void allreduce_sum(void* data, std::size_t count, element_type type) override {
     GRADZIP_NCCL_TRY(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_));

@@ -61,6 +61,7 @@ class cuda {
     GRADZIP_CUDA_TRY(cudaMalloc(&status_, sizeof(status_words)));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->first, 0, sizeof(wire::status), stream_));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->pending, 0xFF, sizeof(status_->pending), stream_));
+    GRADZIP_CUDA_TRY(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming));
     int device = 0;
     GRADZIP_CUDA_TRY(cudaGetDevice(&device));
     GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -78,6 +79,7 @@ class cuda {
       GRADZIP_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream_));
       GRADZIP_CUDA_TRY_NO_THROW(cudaFree(status_));
     }
+    if (order_ != nullptr) GRADZIP_CUDA_TRY_NO_THROW(cudaEventDestroy(order_));
   }
 
   cudaStream_t stream() const noexcept { return stream_; }
@@ -109,6 +111,18 @@ class cuda {
   /// its threads run in.
   unsigned long long* pending_failure() noexcept { return &status_->pending; }
 
+  /// Work queued later on `other` waits for the work queued on this executor's stream so far
+  /// (an event; no host synchronization).
+  void order_before(cudaStream_t other) {
+    GRADZIP_CUDA_TRY(cudaEventRecord(order_, stream_));
+    GRADZIP_CUDA_TRY(cudaStreamWaitEvent(other, order_, 0));
+  }
+  /// Work queued later on this executor's stream waits for the work queued on `other` so far.
+  void order_after(cudaStream_t other) {
+    GRADZIP_CUDA_TRY(cudaEventRecord(order_, other));
+    GRADZIP_CUDA_TRY(cudaStreamWaitEvent(stream_, order_, 0));
+  }
+
   /// Waits for the stream's work to finish.
   void synchronize() { GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_)); }
 
@@ -138,12 +152,14 @@ class cuda {
     std::swap(capacity_, o.capacity_);
     std::swap(status_, o.status_);
     std::swap(sm_count_, o.sm_count_);
+    std::swap(order_, o.order_);
   }
 
   cudaStream_t stream_ = nullptr;
   std::byte* scratch_ = nullptr;
   std::size_t capacity_ = 0;
   status_words* status_ = nullptr;
+  cudaEvent_t order_ = nullptr;  // order_before / order_after
   int sm_count_ = 0;
 };
 

@@ -169,6 +169,11 @@ struct executor_ops<host> {
   static void copy_from_host(host&, const T* from, buffer<T>& to) {
     if (!to.empty()) std::memcpy(to.data(), from, to.size() * sizeof(T));
   }
+
+  /// Orders the executor's work before, and after, work on another CUDA stream (a device
+  /// communicator's): nothing to order on the host, which has finished its work on return.
+  static void hand_over(host&, void*) {}
+  static void take_back(host&, void*) {}
 };
 
 }  // namespace detail

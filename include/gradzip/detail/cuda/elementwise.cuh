@@ -117,6 +117,15 @@ struct executor_ops<cuda> {
     exec.synchronize();
   }
 
+  /// Work queued later on `stream` (a communicator's) waits for the work queued on exec's so far.
+  static void hand_over(cuda& exec, void* stream) {
+    if (stream != nullptr && stream != exec.stream()) exec.order_before(static_cast<cudaStream_t>(stream));
+  }
+  /// Work queued later on exec's stream waits for the work queued on `stream` so far.
+  static void take_back(cuda& exec, void* stream) {
+    if (stream != nullptr && stream != exec.stream()) exec.order_after(static_cast<cudaStream_t>(stream));
+  }
+
   template <class T>
   static void copy_from_host(cuda& exec, const T* from, buffer<T>& to) {
     if (to.size() == 0) return;

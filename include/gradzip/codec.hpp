@@ -397,6 +397,12 @@ class codec {
       GRADZIP_EXPECTS(out.size() >= layout(element_traits<T>::type, n, 0).total_bytes(),
                       "compress: output buffer holds ", out.size(), " bytes, fewer than an empty payload");
       k = detail::structure_backend<Exec, Structure>::count(exec, structure_, input);
+      // NaN and +-inf pass every threshold (they are never dropped silently), so a count can
+      // exceed the bound max_compressed_bytes was sized for (sampled top-k's 1.2 k): refused.
+      if (k > structure_.selected_count(n)) {
+        wire::throw_if_failed(wire::fail(wire::format_errc::count_over_bound, k, structure_.selected_count(n)),
+                              "compress");
+      }
     }
     if constexpr (staged) {
       return compress_staged(exec, input, out, ctx, k);

@@ -969,3 +969,45 @@ TEST_CASE("cuda allreducer orders compress, the collectives' stream and decode",
   GRADZIP_CUDA_TRY(cudaStreamDestroy(work));
   GRADZIP_CUDA_TRY(cudaStreamDestroy(network));
 }
+
+TEST_CASE("cuda sampled top-k keeps non-finite values, and more than its bound fails cleanly", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  const std::size_t n = 10000;
+  const gz::codec<gz::sparsify::sampled_topk> sampled{gz::sparsify::sampled_topk::ratio(0.01)};  // bound floor(1.2 k) = 120
+  const gz::codec<gz::sparsify::threshold> threshold{gz::sparsify::threshold{0.5}};
+  auto x = gradzip_tools::synthetic_gradient<float>(n, 93);
+  // Within the bound: NaN and +-inf are kept by both stages, with the host's bytes, sync and async.
+  for (std::size_t i = 0; i < 60; ++i) {
+    x[i * 97] = i % 3 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                           : (i % 3 == 1 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
+  }
+  check_parity(x, sampled, dev);
+  check_parity(x, threshold, dev);
+  check_async(x, sampled, dev);
+  check_async(x, threshold, dev);
+  // 200 non-finite values: more than the payload bound. Every path refuses; nothing is written.
+  for (std::size_t i = 0; i < 200; ++i) x[i * 47 + 1] = std::numeric_limits<float>::quiet_NaN();
+  const std::size_t bound = sampled.max_compressed_bytes<float>(n);
+  std::vector<std::byte> out(bound);
+  try {
+    sampled.compress(host, gz::span<const float>(x), gz::span<std::byte>(out));
+    FAIL("the host compressed more than the bound");
+  } catch (const gz::format_error& e) {
+    CHECK(e.code() == gz::wire::format_errc::count_over_bound);
+  }
+  device_vector<float> dx(x);
+  device_vector<std::byte> dout(std::vector<std::byte>(bound, std::byte{0x5A}));
+  CHECK_THROWS_AS(sampled.compress(dev, gz::span<const float>(dx.data, n), dout.view()), gz::format_error);
+  device_vector<std::uint64_t> size(std::vector<std::uint64_t>{77});
+  sampled.compress_async(dev, gz::span<const float>(dx.data, n), dout.view(), size.data);
+  try {
+    dev.check();
+    FAIL("compress_async accepted more than the bound");
+  } catch (const gz::format_error& e) {
+    CHECK(e.code() == gz::wire::format_errc::count_over_bound);
+  }
+  CHECK(size.download()[0] == 0);
+  CHECK(dout.download() == std::vector<std::byte>(bound, std::byte{0x5A}));
+}

@@ -65,6 +65,7 @@ class cuda {
     int device = 0;
     GRADZIP_CUDA_TRY(cudaGetDevice(&device));
     GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&max_grid_, cudaDevAttrMaxGridDimX, device));
   }
   cuda(const cuda&) = delete;
   cuda& operator=(const cuda&) = delete;
@@ -84,6 +85,8 @@ class cuda {
 
   cudaStream_t stream() const noexcept { return stream_; }
   int sm_count() const noexcept { return sm_count_; }
+  /// The largest grid.x the device accepts.
+  int max_grid() const noexcept { return max_grid_; }
 
   /// Grows scratch to at least `bytes` (stream-ordered; the old block is freed on the stream).
   void reserve(std::size_t bytes) {
@@ -152,6 +155,7 @@ class cuda {
     std::swap(capacity_, o.capacity_);
     std::swap(status_, o.status_);
     std::swap(sm_count_, o.sm_count_);
+    std::swap(max_grid_, o.max_grid_);
     std::swap(order_, o.order_);
   }
 
@@ -161,6 +165,7 @@ class cuda {
   status_words* status_ = nullptr;
   cudaEvent_t order_ = nullptr;  // order_before / order_after
   int sm_count_ = 0;
+  int max_grid_ = 1;
 };
 
 namespace detail {
@@ -193,12 +198,18 @@ class device_buffer {
   std::size_t size_ = 0;
 };
 
-/// Blocks for a grid-stride loop over n items: enough to fill the GPU, no more than needed.
+/// Blocks for a kernel whose thread blocks take `units` (a tensor block each, say) in a
+/// block-stride loop: enough to fill the GPU, no more than needed, never past the device's grid.
+inline unsigned grid_for_units(const cuda& exec, std::uint64_t units, unsigned blocks_per_sm = 8) {
+  std::uint64_t cap = static_cast<std::uint64_t>(exec.sm_count()) * blocks_per_sm;
+  if (cap > static_cast<std::uint64_t>(exec.max_grid())) cap = static_cast<std::uint64_t>(exec.max_grid());
+  return static_cast<unsigned>(units == 0 ? 1 : (units < cap ? units : cap));
+}
+
+/// Blocks for a grid-stride loop over n items, `block` threads a block.
 inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = block_threads,
                          unsigned blocks_per_sm = 8) {
-  const std::uint64_t needed = (n + block - 1) / block;
-  const std::uint64_t cap = static_cast<std::uint64_t>(exec.sm_count()) * blocks_per_sm;
-  return static_cast<unsigned>(needed == 0 ? 1 : (needed < cap ? needed : cap));
+  return grid_for_units(exec, (n + block - 1) / block, blocks_per_sm);
 }
 
 /// Bytes of CUB storage an exclusive sum of `items` u64 needs (plus up to 256 for alignment).

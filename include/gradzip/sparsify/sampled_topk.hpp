@@ -22,7 +22,11 @@
  * The kept count is data-dependent: `max_compressed_bytes` is sized for floor(1.2 k) and
  * `compress` returns the size. Two cases keep fewer than k: more than 0.2 k elements sharing
  * the k-th largest magnitude (those above it are kept), which includes fewer than k nonzero
- * elements (the nonzeros are kept). NaN and +-inf are always kept, as by `threshold`.
+ * elements (the nonzeros are kept). NaN and +-inf are always kept, as by `threshold`, on both
+ * executors: a diverging gradient stays visible. When more of them than floor(1.2 k) pass, the
+ * payload cannot hold them: `compress` throws format_error `count_over_bound` and writes
+ * nothing, and `compress_async` records that failure for `exec.check()`, writes nothing and
+ * leaves a size of 0.
  *
  * @code
  * gradzip::codec<gradzip::sparsify::sampled_topk> c{gradzip::sparsify::sampled_topk::ratio(0.001)};

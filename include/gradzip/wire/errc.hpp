@@ -41,6 +41,7 @@ enum class format_errc : std::uint32_t {
   non_canonical_varint,   ///< a gap is stored in more bytes than it needs, or an unused slot is set
   varint_overrun,         ///< a chunk's gaps run past its data bytes, or leave some unread
   bad_chunk_table,        ///< a chunk-table entry disagrees with the data it indexes
+  count_over_bound,       ///< compress: a data-dependent selection exceeds its payload bound
 };
 
 /// A short English description of a code.
@@ -74,6 +75,7 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::non_canonical_varint: return "non-canonical varint";
     case format_errc::varint_overrun: return "varint data overrun";
     case format_errc::bad_chunk_table: return "chunk table disagrees with the data";
+    case format_errc::count_over_bound: return "the selection exceeds the payload bound";
   }
   return "unknown error";
 }

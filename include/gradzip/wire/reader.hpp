@@ -185,6 +185,9 @@ inline std::string message(const status& s) {
       return concat(what, ": chunk ", s.a, " decodes ", s.b, " data bytes, its table entries give ", s.c);
     case format_errc::bad_chunk_table:
       return concat(what, ": chunk ", s.a, " entry holds ", s.b, ", the data give ", s.c);
+    case format_errc::count_over_bound:
+      return concat(what, ": ", s.a, " elements selected, max_compressed_bytes holds ", s.b,
+                    " (non-finite values are always kept: is the gradient diverging?)");
   }
   return what;
 }

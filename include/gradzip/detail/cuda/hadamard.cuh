@@ -1,6 +1,6 @@
-// rotation_backend<cuda>: transform::rotated<Codec> on the GPU. One thread block per rotation
-// block (in shared memory, at most 8192 elements) applies D, the Walsh-Hadamard stages the host
-// applies (the same pairs, the same float operations) and the scale; the inner codec runs on
+// rotation_backend<cuda>: transform::rotated<Codec> on the GPU. Each thread block takes rotation
+// blocks in turn (each in shared memory, at most 8192 elements) and applies D, the Walsh-Hadamard
+// stages the host applies (the same pairs, the same float operations) and the scale; the inner codec runs on
 // the device as usual. Decoding validates the outer frame on the device first, so the inner
 // decoder and the inverse rotation change nothing when it fails (the executor's status word).
 #pragma once
@@ -14,37 +14,46 @@ namespace rotation_device {
 
 using transform::hadamard;
 
+// Each thread block takes rotation blocks b = blockIdx.x, + gridDim.x, ...: any number of them
+// fits one grid (a grid has at most 2^31 - 1 blocks; a tensor may have more rotation blocks).
+
 template <class T>
 __global__ __launch_bounds__(block_threads)
-void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, std::uint64_t seed,
-                    float scale) {
+void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, std::uint64_t blocks,
+                    std::uint64_t seed, float scale) {
   float* v = dynamic_shared_memory<float>();
-  const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * block;
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
-    const std::uint64_t i = first + k;
-    v[k] = i < n ? hadamard::signed_by(seed, static_cast<float>(to_float(x[i])), i) : 0.0f;
+  for (std::uint64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::uint64_t first = b * block;
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
+      const std::uint64_t i = first + k;
+      v[k] = i < n ? hadamard::signed_by(seed, static_cast<float>(to_float(x[i])), i) : 0.0f;
+    }
+    __syncthreads();
+    walsh_hadamard(v, block);
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) y[first + k] = v[k] * scale;
+    __syncthreads();  // v is refilled for the next block
   }
-  __syncthreads();
-  walsh_hadamard(v, block);
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) y[first + k] = v[k] * scale;
 }
 
 template <class T>
 __global__ __launch_bounds__(block_threads)
-void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t seed,
-                        float scale, float alpha, const wire::status* st) {
+void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t blocks,
+                        std::uint64_t seed, float scale, float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // a bad payload: change nothing
   float* v = dynamic_shared_memory<float>();
-  const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * block;
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) v[k] = y[first + k];
-  __syncthreads();
-  walsh_hadamard(v, block);
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
-    const std::uint64_t i = first + k;
-    if (i < n) {
-      const float value = hadamard::signed_by(seed, v[k] * scale, i);
-      accum[i] = from_double<T>(fmaf(alpha, value, static_cast<float>(to_float(accum[i]))));
+  for (std::uint64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::uint64_t first = b * block;
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) v[k] = y[first + k];
+    __syncthreads();
+    walsh_hadamard(v, block);
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
+      const std::uint64_t i = first + k;
+      if (i < n) {
+        const float value = hadamard::signed_by(seed, v[k] * scale, i);
+        accum[i] = from_double<T>(fmaf(alpha, value, static_cast<float>(to_float(accum[i]))));
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -111,8 +120,9 @@ struct rotation_backend<cuda> {
     auto* y = reinterpret_cast<float*>(exec.scratch(at + padded * sizeof(float)) + at);
     const std::uint32_t block = r.rotation().block();
     if (padded > 0) {
-      launch(rotation_device::forward_kernel<T>, static_cast<unsigned>(padded / block), block_threads, block * sizeof(float),
-             exec.stream(), input.data(), n, y, block, r.rotation().seed(), scale_of(block));
+      launch(rotation_device::forward_kernel<T>, grid_for_units(exec, padded / block), block_threads,
+             block * sizeof(float), exec.stream(), input.data(), n, y, block, padded / block, r.rotation().seed(),
+             scale_of(block));
     }
     const std::size_t inner_bytes = r.inner().compress(
         exec, span<const float>(y, padded), span<std::byte>(out.data() + inner_at, out.size() - inner_at), ctx);
@@ -141,9 +151,9 @@ struct rotation_backend<cuda> {
       launch(zero_if_ok_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), accum.data(), n, exec.status_word());
     }
     if (padded > 0) {
-      launch(rotation_device::inverse_add_kernel<T>, static_cast<unsigned>(padded / block), block_threads,
-             block * sizeof(float), exec.stream(), y, accum.data(), n, block, r.rotation().seed(), scale_of(block), alpha,
-             exec.status_word());
+      launch(rotation_device::inverse_add_kernel<T>, grid_for_units(exec, padded / block), block_threads,
+             block * sizeof(float), exec.stream(), y, accum.data(), n, block, padded / block, r.rotation().seed(),
+             scale_of(block), alpha, exec.status_word());
     }
   }
 };

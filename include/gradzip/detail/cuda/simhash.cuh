@@ -1,4 +1,4 @@
-// simhash_backend<cuda>: one thread block per gradient block, the block in shared memory.
+// simhash_backend<cuda>: each thread block takes gradient blocks in turn, in shared memory.
 // Every float operation is the host's, in the host's order (the Walsh-Hadamard stages pair the
 // same elements, and the two sums use the format's 32-lane order, reproduced by one warp and
 // a shuffle-down tree), so the bytes equal the host's. No atomics, no host synchronization.
@@ -42,6 +42,9 @@ void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::u
   sh::write_frame(base, n, type, block, bits, seed, ctx);
 }
 
+// The compress and apply kernels take gradient blocks b = blockIdx.x, + gridDim.x, ...: a grid
+// holds at most 2^31 - 1 thread blocks, a tensor may have more gradient blocks.
+
 template <class T>
 __global__ __launch_bounds__(block_threads)
 void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint64_t scales_at,
@@ -50,38 +53,41 @@ void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint6
   float* v = dynamic_shared_memory<float>();
   __shared__ double norm2;
   __shared__ std::uint32_t scale;
-  const std::uint64_t b = blockIdx.x;
-  const sh::projection p = sh::projection_for(seed, block, ctx, b);
-  const std::uint64_t first = b * block;
-  const std::uint64_t count = n - first < block ? n - first : block;
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
-    v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const double s = warp_lane_sum(block, [&](std::uint32_t k) { return static_cast<double>(v[k]) * v[k]; });
-    if (threadIdx.x == 0) norm2 = s;
-  }
-  __syncthreads();
-  for (std::uint32_t r = 0; r < sh::rounds; ++r) {
-    flip_and_scale(v, p, r, block, inverse_sqrt);
-    walsh_hadamard(v, block);
-  }
-  if (threadIdx.x < 32) {
-    const double sum_abs =
-        warp_lane_sum(bits, [&](std::uint32_t i) { return fabs(static_cast<double>(v[p.row(i, block)])); });
-    if (threadIdx.x == 0) scale = sh::scale_word(norm2, sum_abs, block, bits);
-  }
-  __syncthreads();
-  std::uint8_t* codes = base + codes_at + b * (bits / 8);
-  for (std::uint32_t q = threadIdx.x; q < bits / 8; q += blockDim.x) {
-    unsigned byte = 0;
-    if (scale != sh::poisoned_scale) {
-      for (std::uint32_t t = 0; t < 8; ++t) byte |= (v[p.row(8 * q + t, block)] < 0.0f ? 1u : 0u) << t;
+  const std::uint64_t blocks = (n + block - 1) / block;
+  for (std::uint64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const sh::projection p = sh::projection_for(seed, block, ctx, b);
+    const std::uint64_t first = b * block;
+    const std::uint64_t count = n - first < block ? n - first : block;
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) {
+      v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
     }
-    codes[q] = static_cast<std::uint8_t>(byte);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const double s = warp_lane_sum(block, [&](std::uint32_t k) { return static_cast<double>(v[k]) * v[k]; });
+      if (threadIdx.x == 0) norm2 = s;
+    }
+    __syncthreads();
+    for (std::uint32_t r = 0; r < sh::rounds; ++r) {
+      flip_and_scale(v, p, r, block, inverse_sqrt);
+      walsh_hadamard(v, block);
+    }
+    if (threadIdx.x < 32) {
+      const double sum_abs =
+          warp_lane_sum(bits, [&](std::uint32_t i) { return fabs(static_cast<double>(v[p.row(i, block)])); });
+      if (threadIdx.x == 0) scale = sh::scale_word(norm2, sum_abs, block, bits);
+    }
+    __syncthreads();
+    std::uint8_t* codes = base + codes_at + b * (bits / 8);
+    for (std::uint32_t q = threadIdx.x; q < bits / 8; q += blockDim.x) {
+      unsigned byte = 0;
+      if (scale != sh::poisoned_scale) {
+        for (std::uint32_t t = 0; t < 8; ++t) byte |= (v[p.row(8 * q + t, block)] < 0.0f ? 1u : 0u) << t;
+      }
+      codes[q] = static_cast<std::uint8_t>(byte);
+    }
+    if (threadIdx.x == 0) wire::detail::store_le(base + scales_at + 4 * b, scale, 4);
+    __syncthreads();  // v, norm2 and scale are rewritten for the next block
   }
-  if (threadIdx.x == 0) wire::detail::store_le(base + scales_at + 4 * b, scale, 4);
 }
 
 /// Thread 0 parses and checks the frame into shared memory; false (for the block) on error.
@@ -141,28 +147,31 @@ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::ui
   float* u = dynamic_shared_memory<float>();
   sh::frame& f = shared_frame();
   if (!parse_frame(bytes, size, n, element_traits<T>::type, block, bits, seed, f, nullptr)) return;
-  const std::uint64_t b = blockIdx.x;
-  const std::uint64_t first = b * block;
-  const std::uint64_t count = n - first < block ? n - first : block;
-  const auto scale_bits = static_cast<std::uint32_t>(wire::detail::load_le(bytes + f.scales + 4 * b, 4));
-  if (scale_bits == sh::poisoned_scale) {
-    for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], nan(""), alpha);
-    return;
+  const std::uint64_t blocks = (n + block - 1) / block;
+  for (std::uint64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::uint64_t first = b * block;
+    const std::uint64_t count = n - first < block ? n - first : block;
+    const auto scale_bits = static_cast<std::uint32_t>(wire::detail::load_le(bytes + f.scales + 4 * b, 4));
+    if (scale_bits == sh::poisoned_scale) {  // the same for the whole thread block
+      for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], nan(""), alpha);
+      continue;
+    }
+    const sh::projection p = sh::projection_for(seed, block, f.ctx, b);
+    const auto magnitude = static_cast<float>(static_cast<double>(bit_cast<float>(scale_bits)) * block / bits);
+    for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) u[k] = 0.0f;
+    __syncthreads();
+    const std::uint8_t* codes = bytes + f.codes + b * (bits / 8);
+    for (std::uint32_t i = threadIdx.x; i < bits; i += blockDim.x) {  // distinct rows: no two writes meet
+      u[p.row(i, block)] = ((codes[i / 8] >> (i % 8)) & 1u) != 0 ? -magnitude : magnitude;
+    }
+    __syncthreads();
+    for (std::uint32_t r = sh::rounds; r-- > 0;) {
+      walsh_hadamard(u, block);
+      flip_and_scale(u, p, r, block, inverse_sqrt);
+    }
+    for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], u[k], alpha);
+    __syncthreads();  // u is rewritten for the next block
   }
-  const sh::projection p = sh::projection_for(seed, block, f.ctx, b);
-  const auto magnitude = static_cast<float>(static_cast<double>(bit_cast<float>(scale_bits)) * block / bits);
-  for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) u[k] = 0.0f;
-  __syncthreads();
-  const std::uint8_t* codes = bytes + f.codes + b * (bits / 8);
-  for (std::uint32_t i = threadIdx.x; i < bits; i += blockDim.x) {  // distinct rows: no two writes meet
-    u[p.row(i, block)] = ((codes[i / 8] >> (i % 8)) & 1u) != 0 ? -magnitude : magnitude;
-  }
-  __syncthreads();
-  for (std::uint32_t r = sh::rounds; r-- > 0;) {
-    walsh_hadamard(u, block);
-    flip_and_scale(u, p, r, block, inverse_sqrt);
-  }
-  for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], u[k], alpha);
 }
 
 }  // namespace simhash_device
@@ -192,7 +201,7 @@ struct simhash_backend<cuda> {
            s.bits(), s.seed(), ctx);
     const std::uint64_t blocks = s.block_count(x.size());
     if (blocks > 0) {
-      launch(simhash_device::compress_kernel<T>, static_cast<unsigned>(blocks), block_threads, s.block() * sizeof(float),
+      launch(simhash_device::compress_kernel<T>, grid_for_units(exec, blocks), block_threads, s.block() * sizeof(float),
              exec.stream(), x.data(), x.size(), base, l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(),
              ctx, inverse_sqrt(s.block()));
     }
@@ -216,7 +225,7 @@ struct simhash_backend<cuda> {
              exec.status_word());
     }
     if (blocks > 0) {
-      launch(simhash_device::apply_kernel<T>, static_cast<unsigned>(blocks), block_threads, s.block() * sizeof(float),
+      launch(simhash_device::apply_kernel<T>, grid_for_units(exec, blocks), block_threads, s.block() * sizeof(float),
              exec.stream(), bytes, payload.size(), out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha,
              inverse_sqrt(s.block()), exec.status_word());
     }

@@ -4,7 +4,8 @@
 // scan turns the counts into tile offsets (and the total), and the emit kernel writes each
 // tile's elements in index order (a block-wide exclusive scan of the flags per round of 256),
 // so the bytes equal the host's. The codec learns the count with one copy to the host: the
-// payload's size depends on it.
+// payload's size depends on it. Each thread block takes tiles in turn (blockIdx.x, + gridDim.x,
+// ...), so a tensor of any size fits one grid.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
@@ -29,17 +30,20 @@ __device__ inline bool passes_at(V v, std::uint64_t, Tau t) {
 
 template <class T, class Tau>
 __global__ __launch_bounds__(threshold_tiles::threads)
-void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t* tile_counts) {
+void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t tiles, std::uint64_t* tile_counts) {
   using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
   __shared__ typename reduce::TempStorage storage;
-  const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
-  unsigned kept = 0;
-  for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
-    const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-    if (i < n && passes_at(to_float(x[i]), i, t)) ++kept;
+  for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const std::uint64_t base = tile * threshold_tiles::tile;
+    unsigned kept = 0;
+    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
+      const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
+      if (i < n && passes_at(to_float(x[i]), i, t)) ++kept;
+    }
+    const unsigned total = reduce(storage).Sum(kept);
+    if (threadIdx.x == 0) tile_counts[tile] = total;
+    __syncthreads();  // the reduction's storage is reused for the next tile
   }
-  const unsigned total = reduce(storage).Sum(kept);
-  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
 /// total = offset + count of the last tile.
@@ -51,20 +55,22 @@ void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* c
 
 template <class T, class Tau, class Sink>
 __global__ __launch_bounds__(threshold_tiles::threads)
-void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, const std::uint64_t* tile_offsets,
+void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t tiles, const std::uint64_t* tile_offsets,
                            Sink sink) {
   using scan = cub::BlockScan<unsigned, threshold_tiles::threads>;
   __shared__ typename scan::TempStorage storage;
-  const std::uint64_t base = static_cast<std::uint64_t>(blockIdx.x) * threshold_tiles::tile;
-  std::uint64_t pos = tile_offsets[blockIdx.x];
-  for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
-    const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-    const unsigned flag = i < n && passes_at(to_float(x[i]), i, t) ? 1u : 0u;
-    unsigned rank = 0, round_total = 0;
-    scan(storage).ExclusiveSum(flag, rank, round_total);
-    if (flag) sink(pos + rank, i, x[i]);
-    pos += round_total;
-    __syncthreads();  // the scan's storage is reused next round
+  for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const std::uint64_t base = tile * threshold_tiles::tile;
+    std::uint64_t pos = tile_offsets[tile];
+    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
+      const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
+      const unsigned flag = i < n && passes_at(to_float(x[i]), i, t) ? 1u : 0u;
+      unsigned rank = 0, round_total = 0;
+      scan(storage).ExclusiveSum(flag, rank, round_total);
+      if (flag) sink(pos + rank, i, x[i]);
+      pos += round_total;
+      __syncthreads();  // the scan's storage is reused next round
+    }
   }
 }
 
@@ -101,8 +107,8 @@ struct structure_backend<cuda, sparsify::threshold> {
   template <class T, class Tau>
   static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_count_kernel<T, Tau>, c.tiles, threshold_tiles::threads, 0, exec.stream(), x.data(), x.size(), t,
-           c.counts);
+    launch(threshold_count_kernel<T, Tau>, grid_for_units(exec, c.tiles), threshold_tiles::threads, 0, exec.stream(),
+           x.data(), x.size(), t, c.tiles, c.counts);
     void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, c.counts, c.offsets, c.tiles, exec.stream()));
@@ -131,8 +137,8 @@ struct structure_backend<cuda, sparsify::threshold> {
   static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_emit_kernel<T, Tau, Sink>, c.tiles, threshold_tiles::threads, 0, exec.stream(), x.data(),
-           x.size(), t, c.offsets, sink);
+    launch(threshold_emit_kernel<T, Tau, Sink>, grid_for_units(exec, c.tiles), threshold_tiles::threads, 0,
+           exec.stream(), x.data(), x.size(), t, c.tiles, c.offsets, sink);
   }
 
  private:

@@ -206,7 +206,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   launch(topk_init_kernel<Key>, 1, 1, 0, stream, s.state, k);
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
-  const unsigned grid = grid_for(exec, n, 256, 4);
+  const unsigned grid = grid_for(exec, n, block_threads, 4);
   for (int level = 0; level < levels; ++level) {
     const radix_digit d = digits[level];
     if (d.width <= 12) {

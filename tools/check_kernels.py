@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Static checks of every kernel a CUDA translation unit instantiates, without a GPU.
+
+1. Launch resources, from ptxas (-Xptxas -v) for each architecture (default sm_80, sm_90, sm_100)
+   and the PTX's .maxntid (what __launch_bounds__ sets):
+   - every kernel has __launch_bounds__ (a .maxntid);
+   - registers x threads fit the 65,536 registers of a block;
+   - static shared memory fits the 48 KiB a launch gets without an opt-in;
+   - nothing spills to local memory, but for the kernels listed in --allow-spills (a file of
+     "mangled-name-substring  reason" lines).
+2. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
+   what a user's build gets) equals the PTX with --fmad=false. Where they differ, some a * b + c
+   in device code was fused by the compiler's choice; such expressions must say which they want
+   (fmaf, or __fmul_rn / __fadd_rn), or payloads differ from the host's (docs/architecture.md).
+
+Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
+                        [--allow-spills FILE] SOURCE.cu
+Exits 1 and lists every violation; prints a table of the kernels otherwise.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+REGISTERS_PER_BLOCK = 65536
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def demangle(names):
+    if not names:
+        return {}
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+        return dict(zip(names, out.splitlines()))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def short(name, width=110):
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def parse_ptxas(text):
+    """{(arch, mangled): {regs, smem, stack, spill_stores, spill_loads}} from ptxas -v output."""
+    kernels = {}
+    current = None
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+)'", line)
+        if m:
+            current = (m.group(2), m.group(1))
+            kernels[current] = {"regs": 0, "smem": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            k = kernels[current]
+            k["stack"], k["spill_stores"], k["spill_loads"] = map(int, m.groups())
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            kernels[current]["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            kernels[current]["smem"] = int(s.group(1)) if s else 0
+            current = None
+    return kernels
+
+
+def ptx_functions(text):
+    """{mangled name: (kind, maxntid or None, body text)} for every .entry and .func of a PTX file."""
+    functions = {}
+    starts = [m for m in re.finditer(r"^(?:\.visible |\.weak |\.extern )*\.(entry|func)\s+(?:\([^)]*\)\s*)?(\S+?)\s*\(",
+                                      text, re.M)]
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        chunk = text[m.start():end]
+        brace = chunk.find("{")
+        head = chunk if brace < 0 else chunk[:brace]
+        t = re.search(r"\.maxntid\s+(\d+)(?:,\s*(\d+))?(?:,\s*(\d+))?", head)  # "x, y, z", or "x" (PTX 8.7+)
+        maxntid = int(t.group(1)) * int(t.group(2) or 1) * int(t.group(3) or 1) if t else None
+        body = "\n".join(l for l in chunk.splitlines() if not l.lstrip().startswith("//"))
+        functions[m.group(2)] = (m.group(1), maxntid, body)
+    return functions
+
+
+def normalized(body):
+    """A function's PTX with the rounding modifiers of add, sub and mul removed (--fmad=false writes
+    them on every operation, so they differ where nothing was fused) and registers renumbered."""
+    body = stable_name("\n".join(l for l in body.splitlines() if not l.lstrip().startswith((".loc", ".file"))))
+    body = re.sub(r"\b(add|sub|mul)\.rn\.(f32|f64)\b", r"\1.\2", body)
+    return re.sub(r"%(\w+?)\d+", r"%\1", body)
+
+
+def stable_name(mangled):
+    """A mangled name without nvcc's per-compilation anonymous-namespace tag (which has a hash and
+    a process id in it, and so differs between two compilations of one file)."""
+    out, at = [], 0
+    for m in re.finditer(r"(\d+)_GLOBAL__N__", mangled):
+        if m.start() < at:
+            continue
+        out.append(mangled[at:m.start()] + "ANON")
+        at = m.start() + len(m.group(1)) + int(m.group(1))
+    return "".join(out) + mangled[at:]
+
+
+def file_table(text):
+    return {m.group(1): m.group(2) for m in re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"', text, re.M)}
+
+
+def fma_sites(body, files):
+    """Source lines (file:line, from -lineinfo's .loc) of each fma.rn.f32/f64 in a function."""
+    sites, where = [], "?"
+    for line in body.splitlines():
+        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", line)
+        if m:
+            where = f"{os.path.relpath(files.get(m.group(1), '?'))}:{m.group(2)}"
+        elif re.search(r"\bfma\.rn\.f(?:32|64)\b", line):
+            sites.append(where)
+    return sites
+
+
+def fusable_pairs(body, files=None):
+    """mul.fXX without a rounding mode whose result an add/sub.fXX without one reads: ptxas may
+    contract them. Returns 'mul -> add at file:line' descriptions."""
+    products = {}
+    pairs = []
+    where = "?"
+    for line in body.splitlines():
+        line = line.strip()
+        loc = re.match(r"\.loc\s+(\d+)\s+(\d+)", line)
+        if loc:
+            where = f"{os.path.relpath((files or {}).get(loc.group(1), '?'))}:{loc.group(2)}"
+            continue
+        m = re.match(r"mul\.(f32|f64)\s+(%\w+),", line)
+        if m:
+            products[m.group(2)] = line
+            continue
+        m = re.match(r"(?:add|sub)\.(f32|f64)\s+%\w+,\s*(%\w+),\s*(%\w+)", line)
+        if m:
+            for r in (m.group(2), m.group(3)):
+                if r in products:
+                    pairs.append(f"{products[r]} -> {line} at {where}")
+    return pairs
+
+
+def load_allowed(path):
+    allowed = []
+    if path:
+        with open(path) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    pattern, _, reason = line.partition(" ")
+                    allowed.append((pattern, reason.strip()))
+    return allowed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nvcc", required=True)
+    ap.add_argument("--arch", action="append", default=[])
+    ap.add_argument("-I", dest="includes", action="append", default=[])
+    ap.add_argument("-D", dest="defines", action="append", default=[])
+    ap.add_argument("--allow-spills")
+    ap.add_argument("--no-contraction-check", action="store_true")
+    ap.add_argument("--namespace", default="gradzip::",
+                    help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
+    ap.add_argument("source")
+    args = ap.parse_args()
+    archs = args.arch or ["80", "90", "100"]
+    common = ["-std=c++17", "-O3", "-lineinfo"] + [f"-I{d}" for d in args.includes] + \
+             [f"-D{d}" for d in args.defines]
+    name = os.path.basename(args.source)
+    stem = os.path.splitext(name)[0]
+    problems = []
+    with tempfile.TemporaryDirectory() as keep:
+        cmd = [args.nvcc, "-c", "-Xptxas", "-v", "--keep", "--keep-dir", keep, "-o", os.path.join(keep, "out.o")] + \
+              common + [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs] + [args.source]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.stderr.write(run.stdout + run.stderr)
+            print(f"{name}: nvcc failed")
+            return 1
+        usage = parse_ptxas(run.stdout + run.stderr)
+        ptx, files = {}, {}
+        for a in archs:
+            with open(os.path.join(keep, f"{stem}.compute_{a}.ptx")) as f:
+                text = f.read()
+            ptx[a], files[a] = ptx_functions(text), file_table(text)
+
+        names = demangle(sorted({k for (_, k) in usage}))
+
+        def ours(mangled):
+            pretty = names.get(mangled, mangled)
+            return pretty.startswith(args.namespace) or pretty.startswith("void " + args.namespace)
+
+        usage = {key: u for key, u in usage.items() if ours(key[1])}
+        allowed = load_allowed(args.allow_spills)
+        rows = []
+        for (sm, mangled), u in sorted(usage.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            arch = sm[3:]
+            kind, threads, _ = ptx[arch].get(mangled, ("entry", None, ""))
+            pretty = short(names.get(mangled, mangled))
+            if threads is None:
+                problems.append(f"{sm} {pretty}: no __launch_bounds__ (no .maxntid in the PTX)")
+                threads = 1024
+            if u["regs"] * threads > REGISTERS_PER_BLOCK:
+                problems.append(f"{sm} {pretty}: {u['regs']} registers x {threads} threads = {u['regs'] * threads} "
+                                f"> {REGISTERS_PER_BLOCK}: the launch fails with cudaErrorLaunchOutOfResources")
+            if u["smem"] > STATIC_SHARED_LIMIT:
+                problems.append(f"{sm} {pretty}: {u['smem']} bytes of static shared memory > {STATIC_SHARED_LIMIT}")
+            if u["spill_stores"] or u["spill_loads"]:
+                reason = next((r for p, r in allowed if p in mangled), None)
+                if reason is None:
+                    problems.append(f"{sm} {pretty}: spills ({u['spill_stores']} bytes stored, {u['spill_loads']} "
+                                    f"loaded) to local memory")
+            rows.append((sm, u["regs"], threads, u["smem"], u["stack"], u["spill_stores"], pretty))
+
+        if not args.no_contraction_check:
+            arch = "90" if "90" in archs else archs[0]
+            plain = os.path.join(keep, "nofmad.ptx")
+            cmd = [args.nvcc, "-ptx", "--fmad=false", f"-arch=compute_{arch}", "-o", plain] + common + [args.source]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.stderr.write(run.stdout + run.stderr)
+                print(f"{name}: nvcc --fmad=false failed")
+                return 1
+            with open(plain) as f:
+                text = f.read()
+            unfused, unfused_files = ptx_functions(text), file_table(text)
+            unfused = {stable_name(n): body for n, body in unfused.items()}
+            fused = ptx[arch]
+            pretty = demangle(sorted(fused))
+            mine = [n for n in fused if pretty[n].startswith(args.namespace) or pretty[n].startswith("void " + args.namespace)]
+            for n in sorted(n for n in mine if stable_name(n) not in unfused):
+                problems.append(f"compute_{arch} {short(pretty[n])}: not in the --fmad=false PTX, so not compared")
+            differ = sorted(n for n in mine if stable_name(n) in unfused and
+                            normalized(fused[n][2]) != normalized(unfused[stable_name(n)][2]))
+            loose = sorted(n for n in mine if fusable_pairs(fused[n][2]))
+            for n in differ:
+                sites = fma_sites(fused[n][2], files[arch])
+                for explicit in fma_sites(unfused[stable_name(n)][2], unfused_files):
+                    if explicit in sites:
+                        sites.remove(explicit)
+                problems.append(f"compute_{arch} {short(pretty.get(n, n))}: nvcc fuses multiply-adds the source "
+                                f"leaves separate (the PTX differs under --fmad=false), at {', '.join(sorted(set(sites)))}")
+            for n in loose:
+                pairs = fusable_pairs(fused[n][2], files[arch])
+                problems.append(f"compute_{arch} {short(pretty.get(n, n))}: {len(pairs)} multiply(ies) feed an add "
+                                f"without a rounding mode, which ptxas may fuse (e.g. {pairs[0]})")
+
+    print(f"{name}: {len(rows)} kernel compilations over sm_{', sm_'.join(archs)}")
+    print(f"{'arch':7}{'regs':>5}{'threads':>8}{'smem':>7}{'stack':>6}{'spill':>6}  kernel")
+    for sm, regs, threads, smem, stack, spill, pretty in rows:
+        print(f"{sm:7}{regs:>5}{threads:>8}{smem:>7}{stack:>6}{spill:>6}  {pretty}")
+    if problems:
+        print(f"\n{len(problems)} problem(s):")
+        for p in problems:
+            print("  " + p)
+        return 1
+    print("\nall kernels fit their launch, nothing spills, no implicit contraction")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

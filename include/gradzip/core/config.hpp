@@ -82,53 +82,27 @@ GRADZIP_HOST_DEVICE inline int lowest_bit64(std::uint64_t x) {
 
 namespace gradzip::detail {
 
-// a * b, a + b and a - b, each rounded to nearest once and never fused with a neighbour into an
-// FMA. nvcc contracts a plain `a * b + c` by default (--fmad=true), and its result then differs
+// a * b and a + b (F = float or double), each rounded to nearest once and never fused with a
+// neighbour into an FMA. nvcc contracts a plain `a * b + c` by default (--fmad=true), and its result then differs
 // from the host's in the last bit; the device's __fmul_rn and __fadd_rn are never contracted.
 // Host compilers contract only when the target has FMA instructions (-march=haswell and up,
 // with GCC's default -ffp-contract=fast), and gradzip's CMake target passes -ffp-contract=off.
 // Where a fused result is wanted, the code says fmaf / fma. tools/check_kernels.py fails on
 // any contraction nvcc makes in gradzip's kernels.
-GRADZIP_HOST_DEVICE inline float mul_rn(float a, float b) {
+template <class F>
+GRADZIP_HOST_DEVICE inline F mul_rn(F a, F b) {
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+  if constexpr (sizeof(F) == 4) return __fmul_rn(a, b); else return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-GRADZIP_HOST_DEVICE inline float add_rn(float a, float b) {
+template <class F>
+GRADZIP_HOST_DEVICE inline F add_rn(F a, F b) {
 #if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
+  if constexpr (sizeof(F) == 4) return __fadd_rn(a, b); else return __dadd_rn(a, b);
 #else
   return a + b;
-#endif
-}
-GRADZIP_HOST_DEVICE inline float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-GRADZIP_HOST_DEVICE inline double mul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-GRADZIP_HOST_DEVICE inline double add_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-GRADZIP_HOST_DEVICE inline double sub_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
 #endif
 }
 

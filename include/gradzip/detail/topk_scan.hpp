@@ -1,7 +1,6 @@
-// The host-visible half of the CUDA top-k: its digit plan, how a select narrows the state, and
-// the scan that writes the selection. Kept GRADZIP_HOST_DEVICE (and free of CUB) so a host test
-// can run these very functors through Thrust's CPP backend and check the device algorithm's
-// logic without a GPU (tests/host/test_cuda_topk_logic.cpp).
+// The CUDA top-k's plan and functors: its digit plan, how a select narrows the state, and the
+// scan's classify and emit functors (GRADZIP_HOST_DEVICE, free of CUB). The kernels that use
+// them are in detail/cuda/topk.cuh, and the SIMT backend (tests/simt) executes them in CI.
 #pragma once
 
 #include <thrust/iterator/counting_iterator.h>

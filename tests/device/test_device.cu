@@ -234,6 +234,30 @@ TEST_CASE("cuda error feedback follows the host's step for step", "[gpu]") {
   CHECK(restored.save(dev) == h.save(host));
 }
 
+TEST_CASE("cuda momentum correction follows the host's step for step", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  const std::size_t n = 50000;
+  gz::cuda dev;
+  gz::host host;
+  const codec_t c{gz::sparsify::topk::ratio(0.01)};
+  gz::feedback::momentum_correction<codec_t, float, gz::host> h(host, c, n, 0.9f);
+  gz::feedback::momentum_correction<codec_t, float, gz::cuda> d(dev, c, n, 0.9f);
+  std::vector<std::byte> hout(c.max_compressed_bytes<float>(n));
+  device_vector<std::byte> dout(hout.size());
+  for (std::uint32_t step = 0; step < 4; ++step) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 60 + step);
+    device_vector<float> dg(g);
+    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
+    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
+    dev.check();
+    INFO("step " << step);
+    REQUIRE(hb == db);
+    CHECK(dout.download(db) == std::vector<std::byte>(hout.begin(), hout.begin() + hb));
+  }
+  CHECK(h.save(host) == d.save(dev));
+}
+
 TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {
   REQUIRE_GPU();
   using sign_codec = gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>;

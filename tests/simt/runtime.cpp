@@ -852,8 +852,23 @@ void report_fault(const std::string& message) {
 
 unsigned char* block_dynamic_shared = nullptr;  // the running block's dynamic shared memory
 
+/// Launches per kernel name, for --simt-list-kernels; printed at exit.
+std::map<std::string, std::uint64_t>& launched() {
+  static std::map<std::string, std::uint64_t> counts;
+  static const bool registered = [] {
+    std::atexit([] {
+      if (!config().list_kernels) return;
+      for (const auto& [name, count] : launched()) std::printf("simt kernel %8llu  %s\n", static_cast<unsigned long long>(count), name.c_str());
+    });
+    return true;
+  }();
+  (void)registered;
+  return counts;
+}
+
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
+  if (config().list_kernels) ++launched()[kernel_name(l.kernel)];
   const unsigned threads = l.block.x * l.block.y * l.block.z;
   const std::uint64_t blocks = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
   std::vector<fiber> fibers(threads);
@@ -1010,6 +1025,9 @@ int parse_options(int argc, char** argv) {
       config().strict = true;
     } else if (a.rfind("--simt-sm-count=", 0) == 0) {
       config().sm_count = static_cast<int>(value("--simt-sm-count="));
+    } else if (a == "--simt-list-kernels") {
+      config().list_kernels = true;
+      launched();
     } else if (a.rfind("--simt-max-grid=", 0) == 0) {
       config().max_grid_x = static_cast<unsigned>(value("--simt-max-grid="));
     } else {

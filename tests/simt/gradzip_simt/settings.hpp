@@ -21,6 +21,9 @@ struct settings {
   /// A fault ends the launch with cudaErrorLaunchFailure (returned by the next synchronizing
   /// call, its message kept for take_fault) instead of aborting: for the backend's own tests.
   bool expect_faults = false;
+  /// Print every kernel launched (with its launch count) when the process exits: which kernels
+  /// the tests execute, and which they never reach.
+  bool list_kernels = false;
 };
 
 settings& config();
@@ -29,7 +32,7 @@ settings& config();
 std::string take_fault();
 
 /// Applies and removes the --simt-* options of argv; returns the new argc. Options:
-///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N
+///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-list-kernels
 int parse_options(int argc, char** argv);
 
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).

@@ -357,10 +357,18 @@ class codec {
     return layout(element_traits<T>::type, n, structure_.selected_count(n)).total_bytes();
   }
 
-  /// Scratch bytes `compress` needs on `exec` for n elements of T; `exec.reserve` it up front to
-  /// make the first call allocation-free as well.
+  /// Scratch bytes `compress` and `decompress_add` need on `exec` for n elements of T;
+  /// `exec.reserve` it up front and neither allocates (tests/alloc counts the host's calls).
   template <class T, class Exec>
   std::size_t workspace_bytes(Exec& exec, std::size_t n) const {
+    const std::size_t compress = compress_workspace_bytes<T>(exec, n);
+    const std::size_t decode = detail::payload_backend<Exec>::template decode_workspace_bytes<codec>(exec, n);
+    return compress > decode ? compress : decode;
+  }
+
+ private:
+  template <class T, class Exec>
+  std::size_t compress_workspace_bytes(Exec& exec, std::size_t n) const {
     if constexpr (implicit_indices) {
       // The selection needs no scratch; a bucketed stage keeps the k values there first.
       return bucketed ? value_scratch_offset(0) + structure_.selected_count(n) * sizeof(float) : 0;
@@ -375,6 +383,8 @@ class codec {
       }
     }
   }
+
+ public:
 
   /**
    * Compresses `input` into `out` and returns the payload's size in bytes. `out` must hold
@@ -792,6 +802,12 @@ struct async_compress_backend<host> {
 
 template <>
 struct payload_backend<host> {
+  /// Decoding's scratch: a status and a count per chunk, at most one chunk per thread.
+  template <class Codec>
+  static std::size_t decode_workspace_bytes(host& exec, std::size_t) {
+    return static_cast<std::size_t>(std::max(1, exec.threads())) * (sizeof(wire::status) + sizeof(std::uint64_t));
+  }
+
   template <class Codec>
   static void write_frame(host&, const Codec&, std::uint8_t* out, const wire::payload_layout& l,
                           element_type type, std::uint64_t n, std::uint64_t k, const frame_params& sp) {

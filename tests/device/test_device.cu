@@ -299,17 +299,27 @@ TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {
   CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
 }
 
-TEST_CASE("cuda compress allocates nothing after reserve", "[gpu]") {
+TEST_CASE("cuda compress and decompress_add allocate nothing after reserve", "[gpu]") {
   REQUIRE_GPU();
-  gz::cuda exec;
-  const gz::codec<gz::sparsify::topk> c{gz::sparsify::topk::ratio(0.01)};
   const std::size_t n = 1 << 20;
-  exec.reserve(c.workspace_bytes<float>(exec, n));
-  const std::size_t capacity = exec.scratch_capacity();
   const auto g = gradzip_tools::synthetic_gradient<float>(n, 1);
-  device_compress(c, exec, g);
-  device_compress(c, exec, g);
-  CHECK(exec.scratch_capacity() == capacity);
+  const auto check = [&](const auto& c) {
+    gz::cuda exec;
+    exec.reserve(c.template workspace_bytes<float>(exec, n));
+    const std::size_t capacity = exec.scratch_capacity();
+    for (int step = 0; step < 2; ++step) {
+      const auto payload = device_compress(c, exec, g);
+      device_vector<std::byte> dp(payload);
+      device_vector<float> acc(n);
+      c.decompress_add(exec, gz::span<const std::byte>(dp.data, payload.size()), acc.view());
+      exec.check();
+    }
+    CHECK(exec.scratch_capacity() == capacity);
+  };
+  check(gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)});
+  check(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{gz::sparsify::topk::ratio(0.01)});
+  check(gz::codec<gz::sparsify::sampled_topk, gz::quantize::uniform<4>, gz::encode::automatic>{
+      gz::sparsify::sampled_topk::ratio(0.3)});
 }
 
 TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", "[gpu]") {

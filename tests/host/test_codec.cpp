@@ -100,3 +100,23 @@ TEST_CASE("payloads are identical for identical input and differ in the header's
   CHECK(h.element_count == 5000);
   CHECK(h.codec == codec<sparsify::topk>::id);
 }
+
+TEST_CASE("a moved-from host executor is empty and still works", "[host]") {
+  const gradzip::codec<gradzip::sparsify::topk> c{gradzip::sparsify::topk::ratio(0.1)};
+  const std::vector<float> x{1, -5, 2, 8, -3, 0.5f, 7, -9, 4, 6};
+  gradzip::host a{1};
+  a.reserve(4096);
+  gradzip::host b = std::move(a);
+  CHECK(b.scratch_capacity() >= 4096);
+  CHECK(a.scratch_capacity() == 0);  // NOLINT(bugprone-use-after-move): the state is defined
+  CHECK(a.threads() == 1);
+  std::vector<std::byte> out(c.max_compressed_bytes<float>(x.size()));
+  const std::size_t bytes = c.compress(a, gradzip::span<const float>(x), gradzip::span<std::byte>(out));
+  std::vector<float> dense(x.size());
+  c.decompress(a, gradzip::span<const std::byte>(out.data(), bytes), gradzip::span<float>(dense));
+  CHECK(dense[7] == -9.0f);
+  gradzip::host d;
+  d = std::move(b);
+  CHECK(b.scratch_capacity() == 0);  // NOLINT(bugprone-use-after-move)
+  CHECK(d.scratch_capacity() >= 4096);
+}

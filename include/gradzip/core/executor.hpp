@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -43,10 +45,18 @@ class host {
   }
   host(const host&) = delete;
   host& operator=(const host&) = delete;
-  host(host&&) noexcept = default;
-  host& operator=(host&&) noexcept = default;
+  /// A moved-from executor keeps its thread count and has no scratch (it grows it again).
+  host(host&& o) noexcept
+      : threads_(o.threads_), scratch_(std::move(o.scratch_)), capacity_(std::exchange(o.capacity_, 0)) {}
+  host& operator=(host&& o) noexcept {
+    threads_ = o.threads_;
+    scratch_ = std::move(o.scratch_);
+    capacity_ = std::exchange(o.capacity_, 0);
+    return *this;
+  }
 
-  /// Threads the loops will use.
+  /// Threads the loops will use: `threads` if given, else OpenMP's default; 1 when gradzip is
+  /// compiled without OpenMP (see the README: link gradzip::gradzip with OpenMP found).
   int threads() const noexcept {
 #if defined(_OPENMP)
     return threads_ > 0 ? threads_ : omp_get_max_threads();
@@ -55,10 +65,11 @@ class host {
 #endif
   }
 
-  /// Grows scratch memory to at least `bytes` now, so later calls allocate nothing.
+  /// Grows scratch memory to at least `bytes` now, so later calls that need at most `bytes`
+  /// (a codec's workspace_bytes) allocate nothing.
   void reserve(std::size_t bytes) {
     if (bytes <= capacity_) return;
-    scratch_.reset(new std::byte[bytes]);
+    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{alignment})));
     capacity_ = bytes;
   }
 
@@ -66,14 +77,18 @@ class host {
 
   /// Scratch of at least `bytes` bytes, 64-byte aligned; valid until the next call that grows it.
   std::byte* scratch(std::size_t bytes) {
-    reserve(bytes + 64);
-    const auto address = reinterpret_cast<std::uintptr_t>(scratch_.get());
-    return scratch_.get() + ((64 - address % 64) % 64);
+    reserve(bytes);
+    return scratch_.get();
   }
 
  private:
+  static constexpr std::size_t alignment = 64;
+  struct aligned_delete {
+    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{alignment}); }
+  };
+
   int threads_;
-  std::unique_ptr<std::byte[]> scratch_;
+  std::unique_ptr<std::byte[], aligned_delete> scratch_;
   std::size_t capacity_ = 0;
 };
 

@@ -242,6 +242,19 @@ void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, s
 
 template <>
 struct payload_backend<cuda> {
+  /// Decoding's scratch: a bitmap payload's per-word bit counts, their exclusive sums, and the
+  /// scan's storage (the other encodings need none).
+  template <class Codec>
+  static std::size_t decode_workspace_bytes(cuda& exec, std::size_t n) {
+    using Indices = typename Codec::indices_type;
+    if constexpr (std::is_same_v<Indices, encode::automatic> || std::is_same_v<Indices, encode::bitmap>) {
+      const std::uint64_t words = encode::bitmap::words(n);
+      return 2 * words * sizeof(std::uint64_t) + 256 + exclusive_sum_bytes(exec, words);
+    } else {
+      return 0;
+    }
+  }
+
   template <class Codec>
   static void write_frame(cuda& exec, const Codec&, std::uint8_t* out,
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
@@ -270,7 +283,7 @@ struct payload_backend<cuda> {
     std::uint64_t* counts = nullptr;
     if constexpr (may_bitmap) {
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
-      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(2 * words * sizeof(std::uint64_t) + 256 + temp_bytes));
+      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(decode_workspace_bytes<Codec>(exec, out.size())));
       std::uint64_t* first = counts + words;
       launch(bitmap_count_kernel<Codec>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(), out.size(),
              counts, exec.status_word());

@@ -100,3 +100,59 @@ TEST_CASE("error feedback passes the step to a stochastic values stage", "[feedb
   const auto e = a.residual();
   for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(std::abs(sent[i] + e[i] - g[i]) <= 1e-6f * (1 + std::abs(g[i])));
 }
+
+namespace {
+
+/// A wrapper whose compress throws (a too-small output) keeps its state: save() is unchanged,
+/// and a retry gives the bytes a wrapper that never failed gives.
+template <class Wrapper, class Step>
+void check_throw_changes_nothing(Wrapper& w, Wrapper& twin, Step step) {
+  host exec;
+  const auto before = w.save(exec);
+  CHECK_THROWS_AS(step(w, 1), invalid_argument);  // one byte short of the bound
+  CHECK(w.save(exec) == before);
+  CHECK(step(w, 0) == step(twin, 0));
+  CHECK(w.save(exec) == twin.save(exec));
+}
+
+}  // namespace
+
+TEST_CASE("stateful wrappers change nothing when compress throws", "[host]") {
+  host exec;
+  const std::size_t n = 5000;
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 17);
+  const topk_codec c{sparsify::topk::ratio(0.01)};
+  // Each step: compress into a buffer `short_by` bytes smaller than the bound; returns the bytes.
+  const auto stepper = [&](auto bound) {
+    return [&, bound](auto& w, std::size_t short_by) {
+      std::vector<std::byte> out(bound - short_by);
+      const std::size_t bytes = w.compress(exec, span<const float>(g), span<std::byte>(out));
+      out.resize(bytes);
+      return out;
+    };
+  };
+  SECTION("error feedback") {
+    ef_t a(exec, c, n), b(exec, c, n);
+    check_throw_changes_nothing(a, b, stepper(a.max_compressed_bytes<float>()));
+  }
+  SECTION("momentum correction") {
+    feedback::momentum_correction<topk_codec, float, host> a(exec, c, n, 0.9f), b(exec, c, n, 0.9f);
+    check_throw_changes_nothing(a, b, stepper(a.max_compressed_bytes<float>()));
+  }
+  SECTION("signum") {
+    using sign_codec = codec<sparsify::none, quantize::sign<false>, encode::none>;
+    feedback::signum<sign_codec, float, host> a(exec, sign_codec{}, n), b(exec, sign_codec{}, n);
+    check_throw_changes_nothing(a, b, stepper(a.max_compressed_bytes<float>()));
+  }
+  SECTION("fetchsgd") {
+    const sketch::count_sketch cs{3, 500, 4};
+    sketch::fetchsgd a{cs, n, 50, 0.9f}, b{cs, n, 50, 0.9f};
+    std::vector<std::byte> summed(cs.payload_bytes(n));
+    cs.compress(exec, span<const float>(g), span<std::byte>(summed));
+    check_throw_changes_nothing(a, b, [&](auto& w, std::size_t short_by) {
+      std::vector<std::byte> update(w.max_update_bytes() - short_by);
+      update.resize(w.step(exec, span<const std::byte>(summed), span<std::byte>(update)));
+      return update;
+    });
+  }
+}

@@ -119,6 +119,9 @@ class allreducer {
 
   /// grad (in `exec`'s memory, n elements): in, this rank's gradient; out, the average over
   /// ranks of the decoded payloads. Collective: every rank calls it with the same codec.
+  /// The gradient's and the communicator's sizes are checked before anything changes. A bad
+  /// peer payload or a communication error is found after this rank compressed: its residual
+  /// (with error feedback on) has then taken the step that made the payload it sent.
   void run(communicator& comm, Exec& exec, span<T> grad, quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == n_, "allreducer: gradient has ", grad.size(), " elements, expected ", n_);
     GRADZIP_EXPECTS(comm.size() == ranks_, "allreducer: communicator has ", comm.size(), " ranks, built for ",

@@ -18,6 +18,13 @@
 
 namespace gradzip::feedback::detail {
 
+/// A stateful wrapper's output must hold the codec's bound, checked before the state changes:
+/// a retry after the error must not count the gradient twice.
+inline void expect_output(span<std::byte> out, std::size_t bound, const char* what) {
+  GRADZIP_EXPECTS(out.size() >= bound, what, ": the output buffer holds ", out.size(), " bytes, the bound is ",
+                  bound, " (nothing has changed)");
+}
+
 template <class T, class Exec, class Buffer>
 std::vector<std::byte> save_dense_state(Exec& exec, const Buffer& state, std::size_t n) {
   wire::payload_layout l;

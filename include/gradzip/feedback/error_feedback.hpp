@@ -46,13 +46,16 @@ class error_feedback {
     return codec_.template max_compressed_bytes<U>(size_);
   }
 
-  /// Compresses grad + e into `out`, updates e, and returns the payload's size in bytes. `ctx`
-  /// (training step, tensor id) keys a stochastic values stage: pass the real step, so each
-  /// step draws fresh randomness.
+  /// Compresses grad + e into `out` (max_compressed_bytes<T>() bytes), updates e, and returns
+  /// the payload's size in bytes. `ctx` (training step, tensor id) keys a stochastic values
+  /// stage: pass the real step, so each step draws fresh randomness. Bad arguments throw before
+  /// e changes; only a data-dependent count over its bound (count_over_bound: a gradient with
+  /// more non-finite values than the payload holds) is found after, with e holding grad + e.
   std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out,
                        quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == size_, "error_feedback: gradient has ", grad.size(),
                     " elements, the residual ", size_);
+    detail::expect_output(out, max_compressed_bytes<T>(), "error_feedback::compress");
     span<T> e = ops::view(residual_);
     ops::add(exec, e, grad);  // e now holds p = g + e
     const std::size_t bytes = codec_.compress(exec, span<const T>(e), out, ctx);

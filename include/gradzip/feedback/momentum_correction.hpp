@@ -63,10 +63,13 @@ class momentum_correction {
     return codec_.template max_compressed_bytes<U>(size_);
   }
 
-  /// One step: accumulates g, compresses v into `out`, masks what was sent; returns the bytes.
+  /// One step: accumulates g, compresses v into `out` (max_compressed_bytes<T>() bytes), masks
+  /// what was sent; returns the bytes. Bad arguments throw before the state changes (as in
+  /// error_feedback::compress).
   std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out, quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == size_, "momentum_correction: gradient has ", grad.size(),
                     " elements, the state ", size_);
+    detail::expect_output(out, max_compressed_bytes<T>(), "momentum_correction::compress");
     span<T> u = ops::view(velocity_), v = ops::view(accumulated_), d = ops::view(decoded_);
     ops::correct_momentum(exec, u, v, grad, momentum_);
     const std::size_t bytes = codec_.compress(exec, span<const T>(v), out, ctx);

@@ -54,11 +54,14 @@ class signum {
     return codec_.template max_compressed_bytes<U>(size_);
   }
 
-  /// Folds grad into the momentum and compresses the momentum into `out`; returns its bytes.
+  /// Folds grad into the momentum and compresses the momentum into `out`
+  /// (max_compressed_bytes<T>() bytes); returns its bytes. Bad arguments throw before the
+  /// momentum changes.
   std::size_t compress(Exec& exec, span<const T> grad, span<std::byte> out,
                        quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == size_, "signum: gradient has ", grad.size(),
                     " elements, the momentum ", size_);
+    detail::expect_output(out, max_compressed_bytes<T>(), "signum::compress");
     span<T> m = ops::view(momentum_);
     ops::momentum(exec, m, grad, beta_);
     return codec_.compress(exec, span<const T>(m), out, ctx);

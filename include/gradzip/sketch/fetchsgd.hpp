@@ -49,6 +49,7 @@
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/feedback/dense_state.hpp"
 #include "gradzip/sketch/count_sketch.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -109,6 +110,8 @@ class fetchsgd {
   /// for the mean), `lr` the momentum added to the error.
   std::size_t step(Exec& exec, span<const std::byte> summed, span<std::byte> update, float scale = 1.0f,
                    float lr = 1.0f) {
+    // Checked before the state changes (the summed sketch is validated before any cell is).
+    feedback::detail::expect_output(update, max_update_bytes(), "fetchsgd::step");
     if constexpr (std::is_same_v<Exec, host>) {
       const std::uint8_t* incoming = cs_.table_of(summed, &n_);
       std::uint8_t* error = error_table();

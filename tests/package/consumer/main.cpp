@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <vector>
 
+#if defined(CONSUMER_EXPECTS_OPENMP) && !defined(_OPENMP)
+#error "linking gradzip::gradzip did not bring OpenMP: gradzip::host would run on one thread"
+#endif
+
 int main() {
   gradzip::codec<gradzip::sparsify::topk> c{gradzip::sparsify::topk::count(1)};
   gradzip::host exec;
@@ -11,6 +15,6 @@ int main() {
   const auto bytes = c.compress(exec, gradzip::span<const float>(x), gradzip::span<std::byte>(out));
   std::vector<float> y(3);
   c.decompress(exec, gradzip::span<const std::byte>(out.data(), bytes), gradzip::span<float>(y));
-  std::printf("consumer: %zu bytes, y[1] = %g\n", bytes, y[1]);
+  std::printf("consumer: %zu bytes, y[1] = %g, %d host threads\n", bytes, y[1], exec.threads());
   return y[1] == -5.0f ? 0 : 1;
 }

@@ -20,6 +20,9 @@ run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK_DIR}/fetch -G ${GENERATOR}
     -DCONSUMER_MODE=fetch -DGRADZIP_SOURCE_DIR=${GRADZIP_SOURCE_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/fetch)
 run(${WORK_DIR}/fetch/consumer)
+if(EXISTS ${WORK_DIR}/fetch/consumer_cuda)
+  run(${WORK_DIR}/fetch/consumer_cuda)  # without a GPU it says so and succeeds
+endif()
 
 # 2. install + find_package
 run(${CMAKE_COMMAND} -S ${GRADZIP_SOURCE_DIR} -B ${WORK_DIR}/gradzip-build -G ${GENERATOR}
@@ -30,4 +33,7 @@ run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK_DIR}/installed -G ${GENERATOR}
     -DCONSUMER_MODE=installed -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/installed)
 run(${WORK_DIR}/installed/consumer)
+if(EXISTS ${WORK_DIR}/installed/consumer_cuda)
+  run(${WORK_DIR}/installed/consumer_cuda)
+endif()
 message(STATUS "consumer built and ran via FetchContent and via find_package")

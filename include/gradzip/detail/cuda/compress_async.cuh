@@ -56,7 +56,8 @@ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n
   *size = l.total_bytes();
 }
 
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void store_size_kernel(std::uint64_t* size, std::uint64_t bytes) { *size = bytes; }
 
 template <>
@@ -68,7 +69,7 @@ struct async_compress_backend<cuda> {
       // k is known on the host, so compress lays out the payload without waiting (a staged
       // index encoding, delta-varint or automatic, still sizes itself with one copy).
       const std::uint64_t bytes = c.compress(exec, input, out, ctx);
-      launch(store_size_kernel, 1, 1, 0, exec.stream(), size, bytes);
+      launch(store_size_kernel<>, 1, 1, 0, exec.stream(), size, bytes);
     } else {
       using sink_type = payload_sink<T, typename Codec::values_type, typename Codec::indices_type>;
       using target_type = deferred_target<sink_type>;

@@ -22,7 +22,8 @@ namespace count_sketch_device {
 
 using cs = sketch::count_sketch;
 
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
                   std::uint64_t seed) {
   cs::write_frame(base, n, rows, columns, seed);
@@ -64,7 +65,8 @@ __device__ inline float run_sum(const std::uint32_t* sorted_key, const float* so
   return sum;
 }
 
-__global__ inline __launch_bounds__(block_threads)
+template <class = void>
+__global__ __launch_bounds__(block_threads)
 void column_sums_kernel(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
                         std::uint64_t columns, float* row) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -100,7 +102,8 @@ __device__ inline bool parse_table(const std::uint8_t* bytes, std::uint64_t size
   return ok;
 }
 
-__global__ inline __launch_bounds__(32)
+template <class = void>
+__global__ __launch_bounds__(32)
 void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, std::uint32_t rows,
                      std::uint64_t columns, std::uint64_t seed, wire::status* st) {
   std::uint64_t table = 0;
@@ -125,7 +128,8 @@ __device__ inline bool parse_pair(const std::uint8_t* into, std::uint64_t into_s
   return ok;
 }
 
-__global__ inline __launch_bounds__(32)
+template <class = void>
+__global__ __launch_bounds__(32)
 void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
                           std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
                           std::uint64_t seed, wire::status* st) {
@@ -134,7 +138,8 @@ void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, con
 }
 
 /// into's table += other's, cell by cell (after validate_pair_kernel; nothing on a failure).
-__global__ inline __launch_bounds__(block_threads)
+template <class = void>
+__global__ __launch_bounds__(block_threads)
 void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
                   std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
                   const wire::status* st) {
@@ -210,7 +215,7 @@ struct count_sketch_backend<cuda> {
     require_aligned(out.data(), "count_sketch::compress");
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     const std::uint64_t n = x.size();
-    launch(count_sketch_device::frame_kernel, 1, 1, 0, exec.stream(), base, n, s.rows(), s.columns(), s.seed());
+    launch(count_sketch_device::frame_kernel<>, 1, 1, 0, exec.stream(), base, n, s.rows(), s.columns(), s.seed());
     const scratch_layout sl = layout_for(s, exec, n);
     std::byte* scratch = exec.scratch(sl.total);
     auto* key = reinterpret_cast<std::uint32_t*>(scratch + sl.key);
@@ -226,7 +231,7 @@ struct count_sketch_backend<cuda> {
         GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, key, sorted_key, value,
                                                          sorted_value, n, 0, radix_bits(2 * s.columns()), exec.stream()));
       }
-      launch(count_sketch_device::column_sums_kernel, grid_for(exec, s.columns()), block_threads, 0, exec.stream(),
+      launch(count_sketch_device::column_sums_kernel<>, grid_for(exec, s.columns()), block_threads, 0, exec.stream(),
              sorted_key, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
     }
     return l.total_bytes();
@@ -237,10 +242,10 @@ struct count_sketch_backend<cuda> {
     require_aligned(other.data(), "count_sketch::merge");
     auto* a = reinterpret_cast<std::uint8_t*>(into.data());
     const auto* b = reinterpret_cast<const std::uint8_t*>(other.data());
-    launch(count_sketch_device::validate_pair_kernel, 1, 32, 0, exec.stream(), a, into.size(), b, other.size(),
+    launch(count_sketch_device::validate_pair_kernel<>, 1, 32, 0, exec.stream(), a, into.size(), b, other.size(),
            s.rows(), s.columns(), s.seed(), exec.status_word());
     const std::uint64_t cells = static_cast<std::uint64_t>(s.rows()) * s.columns();
-    launch(count_sketch_device::merge_kernel, grid_for(exec, cells), block_threads, 0, exec.stream(), a, into.size(), b,
+    launch(count_sketch_device::merge_kernel<>, grid_for(exec, cells), block_threads, 0, exec.stream(), a, into.size(), b,
            other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
   }
 
@@ -260,7 +265,7 @@ struct count_sketch_backend<cuda> {
   template <class T>
   static void estimate(const sketch::count_sketch& s, cuda& exec, span<const std::byte> sketch, span<T> estimates) {
     require_aligned(sketch.data(), "count_sketch::estimate");
-    launch(count_sketch_device::validate_kernel, 1, 32, 0, exec.stream(),
+    launch(count_sketch_device::validate_kernel<>, 1, 32, 0, exec.stream(),
            reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
            s.seed(), exec.status_word());
     launch(count_sketch_device::estimate_kernel<T>, grid_for(exec, estimates.size()), block_threads, 0, exec.stream(),

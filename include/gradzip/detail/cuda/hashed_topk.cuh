@@ -31,7 +31,8 @@ __device__ inline bool passes_at(V v, std::uint64_t i, hashed_winners w) {
 }
 
 /// tau: the sorted (descending) sample's key at rank ceil(k s / n), 0 when k >= n.
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void hashed_tau_kernel(const std::uint32_t* sorted, std::uint64_t size, std::uint64_t k, std::uint64_t n,
                        std::uint32_t* tau) {
   if (k >= n) {
@@ -89,7 +90,7 @@ struct structure_backend<cuda, hash::hashed_topk> {
     std::size_t temp_bytes = l.sort_temp_bytes;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted, size, 0, 32,
                                                               stream));
-    launch(hashed_tau_kernel, 1, 1, 0, stream, sorted, size, k, n, tau);
+    launch(hashed_tau_kernel<>, 1, 1, 0, stream, sorted, size, k, n, tau);
     GRADZIP_CUDA_TRY(cudaMemsetAsync(slots, 0, m * sizeof(unsigned long long), stream));
     launch(hashed_slots_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, tau, m, s.seed(), slots);
     return inner::count_on_device_with(exec, x, winners(s, scratch, l, n));

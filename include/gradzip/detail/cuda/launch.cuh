@@ -1,6 +1,10 @@
 // Every kernel launch in gradzip goes through detail::launch: <<<>>> and the launch's error
 // check under nvcc, the CPU SIMT backend's launcher in a SIMT build (tests/simt), so the very
 // same call sites run on a GPU and, without one, in CI.
+//
+// Kernels defined in headers are templates, `template <class = void>` where nothing else is a
+// parameter (launched as `kernel<>`): nvcc ignores `inline` on a __global__ function (warning
+// #20050 in every consumer's build), and a plain one would be defined in every translation unit.
 #pragma once
 
 #include <cstddef>

@@ -26,7 +26,8 @@ void sample_keys_kernel(const T* x, std::uint64_t n, std::uint64_t s, std::uint6
   }
 }
 
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void search_start_kernel(const std::uint32_t* sorted, std::uint64_t s, std::uint64_t k,
                          std::uint64_t n, sampled_search* state) {
   std::uint64_t high_rank = 1, low_rank = 1;
@@ -57,7 +58,8 @@ void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* 
 }
 
 /// The round's verdict; the histogram is cleared for the next round.
-__global__ inline __launch_bounds__(block_threads)
+template <class = void>
+__global__ __launch_bounds__(block_threads)
 void search_decide_kernel(sampled_search* state, unsigned long long* hist, std::uint64_t k,
                           std::uint64_t cap) {
   if (threadIdx.x == 0 && !state->done) {
@@ -105,11 +107,11 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted,
                                                               size, 0, 32, stream));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(hist, 0, (sampled_search::bins + 1) * sizeof(unsigned long long), stream));
-    launch(search_start_kernel, 1, 1, 0, stream, sorted, size, k, n, state);
+    launch(search_start_kernel<>, 1, 1, 0, stream, sorted, size, k, n, state);
     const std::uint64_t cap = sparsify::sampled_topk::upper_count(k, n);
     for (int round = 0; round < sampled_search::max_rounds; ++round) {
       launch(search_histogram_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, state, hist);
-      launch(search_decide_kernel, 1, block_threads, 0, stream, state, hist, k, cap);
+      launch(search_decide_kernel<>, 1, block_threads, 0, stream, state, hist, k, cap);
     }
     return inner::count_on_device_with(exec, x, threshold_of(state));
   }

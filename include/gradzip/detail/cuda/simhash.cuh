@@ -36,7 +36,8 @@ __device__ inline void flip_and_scale(float* v, const sh::projection& p, std::ui
   __syncthreads();
 }
 
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::uint32_t block,
                   std::uint32_t bits, std::uint64_t seed, quantize::compress_context ctx) {
   sh::write_frame(base, n, type, block, bits, seed, ctx);
@@ -109,7 +110,8 @@ __device__ inline sh::frame& shared_frame() {
   return *reinterpret_cast<sh::frame*>(storage);
 }
 
-__global__ inline __launch_bounds__(block_threads)
+template <class = void>
+__global__ __launch_bounds__(block_threads)
 void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
                      std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st,
                      unsigned long long* pending) {
@@ -197,7 +199,7 @@ struct simhash_backend<cuda> {
                     " bytes, the payload needs ", l.total_bytes());
     require_aligned(out.data(), "simhash::compress");
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    launch(simhash_device::frame_kernel, 1, 1, 0, exec.stream(), base, x.size(), element_traits<T>::type, s.block(),
+    launch(simhash_device::frame_kernel<>, 1, 1, 0, exec.stream(), base, x.size(), element_traits<T>::type, s.block(),
            s.bits(), s.seed(), ctx);
     const std::uint64_t blocks = s.block_count(x.size());
     if (blocks > 0) {
@@ -215,7 +217,7 @@ struct simhash_backend<cuda> {
     require_aligned(payload.data(), "simhash::decompress");
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     const std::uint64_t blocks = s.block_count(out.size());
-    launch(simhash_device::validate_kernel, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes,
+    launch(simhash_device::validate_kernel<>, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes,
            payload.size(), out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word(),
            exec.pending_failure());
     settle(exec, simhash_device::block_recheck{bytes, payload.size(), out.size(), element_traits<T>::type, s.block(),

@@ -47,7 +47,8 @@ void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t ti
 }
 
 /// total = offset + count of the last tile.
-__global__ inline __launch_bounds__(1)
+template <class = void>
+__global__ __launch_bounds__(1)
 void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* counts,
                             std::uint64_t tiles, std::uint64_t* total) {
   *total = offsets[tiles - 1] + counts[tiles - 1];
@@ -112,7 +113,7 @@ struct structure_backend<cuda, sparsify::threshold> {
     void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, c.counts, c.offsets, c.tiles, exec.stream()));
-    launch(threshold_total_kernel, 1, 1, 0, exec.stream(), c.offsets, c.counts, c.tiles, c.total);
+    launch(threshold_total_kernel<>, 1, 1, 0, exec.stream(), c.offsets, c.counts, c.tiles, c.total);
     return c.total;
   }
 

@@ -398,6 +398,7 @@ class codec {
                        quantize::compress_context ctx = {}) const {
     static_assert(is_element_v<T>, "codec::compress: input must be float, double, __half or "
                                    "__nv_bfloat16");
+    quantize::check_context(ctx, "compress");
     const std::uint64_t n = input.size();
     std::uint64_t k = structure_.selected_count(n);
     if constexpr (data_dependent_count) {
@@ -449,6 +450,7 @@ class codec {
                   "(delta-varint, automatic and bucketed stages plan the layout on the host); use compress");
     GRADZIP_EXPECTS(out.size() >= max_compressed_bytes<T>(input.size()), "compress_async: output buffer holds ",
                     out.size(), " bytes, the bound is ", max_compressed_bytes<T>(input.size()));
+    quantize::check_context(ctx, "compress_async");
     detail::async_compress_backend<Exec>::compress(exec, *this, input, out, size, ctx);
   }
 

@@ -216,6 +216,7 @@ class simhash {
   /// Hashes x into `out` (max_compressed_bytes bytes); returns the payload's size.
   template <class T>
   std::size_t compress(host& exec, span<const T> x, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    quantize::check_context(ctx, "simhash::compress");
     const wire::payload_layout l = layout(x.size());
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "simhash::compress: output holds ", out.size(),
                     " bytes, the payload needs ", l.total_bytes());
@@ -234,6 +235,7 @@ class simhash {
   }
   template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
   std::size_t compress(Exec& exec, span<const T> x, span<std::byte> out, quantize::compress_context ctx = {}) const {
+    quantize::check_context(ctx, "simhash::compress");
     return gradzip::detail::simhash_backend<Exec>::compress(*this, exec, x, out, ctx);
   }
   template <class Exec, class T, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>

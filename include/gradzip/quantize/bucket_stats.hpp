@@ -19,17 +19,28 @@
 #include <type_traits>
 
 #include "gradzip/core/element_type.hpp"
+#include "gradzip/core/error.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
 #include "gradzip/random/philox.hpp"
 #include "gradzip/wire/format.hpp"
 
 namespace gradzip::quantize {
 
-/// Where in a run a compression happens: stochastic stages key their randomness by it.
+/// Where in a run a compression happens: stochastic stages key their randomness by it, and
+/// random-k and SimHash store it in their payloads. 64-bit, as a training loop counts, e.g.
+/// `codec.compress(exec, grad, out, {step, tensor_index})`; each must be below 2^32 (they key
+/// Philox's 32-bit counter words and fill 4-byte payload fields), which compress checks.
 struct compress_context {
-  std::uint32_t step = 0;
-  std::uint32_t tensor_id = 0;
+  std::uint64_t step = 0;
+  std::uint64_t tensor_id = 0;
 };
+
+/// Throws invalid_argument naming `what` unless both fields fit their 32 bits.
+inline void check_context(const compress_context& ctx, const char* what) {
+  GRADZIP_EXPECTS(ctx.step <= 0xFFFFFFFFu && ctx.tensor_id <= 0xFFFFFFFFu, what,
+                  ": compress_context step and tensor_id must be below 2^32, got step ", ctx.step,
+                  " and tensor_id ", ctx.tensor_id);
+}
 
 struct bucket_stats {
   float v[4];
@@ -103,7 +114,8 @@ template <class Values>
 GRADZIP_HOST_DEVICE std::uint32_t element_random(const Values& values, std::uint64_t index,
                                                  compress_context ctx) {
   if constexpr (Values::stochastic) {
-    return random_word(values.seed, ctx.step, ctx.tensor_id, index);
+    return random_word(values.seed, static_cast<std::uint32_t>(ctx.step), static_cast<std::uint32_t>(ctx.tensor_id),
+                       index);  // both below 2^32: check_context
   } else {
     return 0;
   }

@@ -242,8 +242,8 @@ inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_cont
     const std::uint64_t counter = (first >> 2) + static_cast<std::uint64_t>(b + r);
     c0[r] = static_cast<std::uint32_t>(counter);
     c1[r] = static_cast<std::uint32_t>(counter >> 32);
-    c2[r] = ctx.step;
-    c3[r] = ctx.tensor_id;
+    c2[r] = static_cast<std::uint32_t>(ctx.step);  // below 2^32: check_context
+    c3[r] = static_cast<std::uint32_t>(ctx.tensor_id);
   }
   auto k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {

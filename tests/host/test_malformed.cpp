@@ -121,6 +121,23 @@ TEST_CASE("malformed payloads are rejected with a precise error", "[malformed]")
   }
 }
 
+TEST_CASE("a payload of another codec is named by its stages", "[malformed]") {
+  host exec;
+  const auto payload = base_payload();  // topk/none/coo
+  using qsgd4 = quantize::qsgd<7>;
+  const codec<sparsify::none, qsgd4, encode::none> q{{}, qsgd4{1}};
+  std::vector<float> accum(10);
+  try {
+    q.decompress_add(exec, span<const std::byte>(payload), span<float>(accum));
+    FAIL("accepted a top-k payload");
+  } catch (const format_error& e) {
+    CHECK(e.code() == errc::codec_mismatch);
+    CHECK_THAT(e.what(), Catch::Contains("expected none/qsgd/none, got topk/none/coo"));
+  }
+  CHECK(wire::codec_name(wire::codec_id{1, 7, 2, 4}.packed()) == "hadamard+hashed_topk/uniform/automatic");
+  CHECK(wire::codec_name(wire::codec_id{9, 99, 0, 0}.packed()) == "unknown transform 9+unknown structure 99/none/none");
+}
+
 TEST_CASE("random corruption never escapes as anything but format_error", "[malformed]") {
   const auto good = base_payload();
   host exec;

@@ -90,6 +90,7 @@ constexpr std::optional<element_type> summed_type() {
 
 template <class Codec, class T, class Exec>
 class allreducer {
+  static_assert(is_element_v<T>, "allreducer<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
   using ops = gradzip::detail::executor_ops<Exec>;
 
  public:

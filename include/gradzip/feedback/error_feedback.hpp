@@ -28,6 +28,7 @@ namespace gradzip::feedback {
 
 template <class Codec, class T, class Exec>
 class error_feedback {
+  static_assert(is_element_v<T>, "error_feedback<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
   using ops = gradzip::detail::executor_ops<Exec>;
 
  public:

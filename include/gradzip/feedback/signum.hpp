@@ -33,6 +33,7 @@ namespace gradzip::feedback {
 
 template <class Codec, class T, class Exec>
 class signum {
+  static_assert(is_element_v<T>, "signum<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
   using ops = gradzip::detail::executor_ops<Exec>;
 
  public:

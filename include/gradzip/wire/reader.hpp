@@ -18,6 +18,7 @@
  */
 #pragma once
 
+#include <iterator>
 #include <string>
 
 #include "gradzip/core/error.hpp"
@@ -128,6 +129,22 @@ GRADZIP_HOST_DEVICE inline status expect_params(const std::uint8_t* params, cons
   return {};
 }
 
+/// A packed codec id as its stages' names, "structure/values/indices", with "hadamard+" in front
+/// when the payload is rotated: e.g. "topk/none/coo". The ids are those of docs/format.md.
+inline std::string codec_name(std::uint32_t packed) {
+  static const char* const structures[] = {"none",         "topk",         "randomk",     "threshold", "blockwise_topk",
+                                           "sampled_topk", "count_sketch", "hashed_topk", "simhash"};
+  static const char* const values[] = {"none", "cast", "uniform", "qsgd", "sign", "terngrad", "onebit", "natural"};
+  static const char* const indices[] = {"none", "coo", "bitmap", "delta_varint", "automatic"};
+  auto name = [](auto& names, unsigned id, const char* kind) {
+    return id < std::size(names) ? std::string(names[id]) : ::gradzip::detail::concat("unknown ", kind, " ", id);
+  };
+  const unsigned t = packed & 0xFFu, st = packed >> 8 & 0xFFu, v = packed >> 16 & 0xFFu, i = packed >> 24;
+  const std::string transform = t == 0 ? "" : t == 1 ? "hadamard+" : ::gradzip::detail::concat("unknown transform ", t, "+");
+  return ::gradzip::detail::concat(transform, name(structures, st, "structure"), "/", name(values, v, "values"), "/",
+                                   name(indices, i, "indices"));
+}
+
 /// A host message for a failed status: the description plus the numbers involved.
 inline std::string message(const status& s) {
   using ::gradzip::detail::concat;
@@ -158,7 +175,8 @@ inline std::string message(const status& s) {
     case format_errc::bad_section_tag:
       return concat(what, ": section ", s.a, " has tag ", s.b, ", expected ", s.c);
     case format_errc::codec_mismatch:
-      return concat(what, ": payload codec id 0x", std::hex, s.a, ", this codec 0x", s.b);
+      return concat(what, ": expected ", codec_name(static_cast<std::uint32_t>(s.b)), ", got ",
+                    codec_name(static_cast<std::uint32_t>(s.a)), " (codec ids 0x", std::hex, s.b, " and 0x", s.a, ")");
     case format_errc::bad_params:
       return concat(what, ": field at params byte ", s.a, " has value ", s.b);
     case format_errc::count_overflow:

@@ -12,11 +12,12 @@
  * This header includes <mpi.h>; the rest of gradzip never does. Link MPI::MPI_CXX.
  *
  * @code
- * MPI_Init(&argc, &argv);
+ * MPI_Init(nullptr, nullptr);
  * {
  *   gradzip::comm::mpi_communicator comm{MPI_COMM_WORLD};
- *   allreducer.run(comm, exec, grad, {step, 0});
- * }
+ *   gradzip::comm::allreducer<codec_t, float, gradzip::host> all(exec, codec, n, comm.size(), true);
+ *   all.run(comm, exec, gradzip::span<float>(grad), {step, tensor_id});
+ * }  // the communicator goes before MPI_Finalize
  * MPI_Finalize();
  * @endcode
  */

@@ -15,11 +15,11 @@
  * (`find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})`).
  *
  * @code
- * ncclComm_t nccl;  ncclCommInitRank(&nccl, ranks, id, rank);
+ * ncclComm_t nccl;  ncclCommInitRank(&nccl, ranks, nccl_id, rank);
  * gradzip::comm::nccl_communicator comm{nccl, stream};
  * gradzip::cuda exec{stream};
  * gradzip::comm::allreducer<codec_t, float, gradzip::cuda> all(exec, codec, n, ranks, true);
- * all.run(comm, exec, d_grad, {step, 0});
+ * all.run(comm, exec, d_grad, {step, tensor_id});   // d_grad: gradzip::span<float>, device memory
  * @endcode
  */
 #pragma once

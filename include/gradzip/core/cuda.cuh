@@ -17,7 +17,7 @@
  * @code
  * gradzip::cuda exec{stream};
  * exec.reserve(codec.workspace_bytes<float>(exec, n));
- * std::size_t bytes = codec.compress(exec, d_grad, d_out);    // async
+ * std::size_t bytes = codec.compress(exec, gradzip::span<const float>(d_grad), d_out);   // async
  * codec.decompress_add(exec, d_payload, d_accum);             // async
  * exec.check();                                               // sync; throws on bad bytes
  * @endcode

@@ -11,8 +11,8 @@
  * writes a status word that the host turns into one of these.
  *
  * @code
- * try { codec.decompress_add(exec, bytes, accum); }
- * catch (const gradzip::format_error& e) { log(e.what()); }   // e.code() == format_errc::...
+ * try { codec.decompress_add(exec, gradzip::span<const std::byte>(payload), gradzip::span<float>(accum)); }
+ * catch (const gradzip::format_error& e) { std::fprintf(stderr, "%s\n", e.what()); }   // e.code(): format_errc
  * @endcode
  */
 #pragma once

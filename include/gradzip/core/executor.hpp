@@ -11,8 +11,8 @@
  *
  * @code
  * gradzip::host exec;                   // or gradzip::host exec{2};
- * exec.reserve(codec.workspace_bytes(exec, n));
- * codec.compress(exec, grad, out);      // allocates nothing
+ * exec.reserve(codec.workspace_bytes<float>(exec, n));
+ * codec.compress(exec, gradzip::span<const float>(grad), out);   // allocates nothing
  * @endcode
  *
  * The CUDA twin, `gradzip::cuda{stream}`, lives in `gradzip/core/cuda.cuh`.

@@ -8,7 +8,10 @@
  * @code
  * std::vector<float> g(n);
  * gradzip::span<const float> view(g);          // from any contiguous container
- * gradzip::span<std::byte> out(ptr, bytes);    // from a pointer and a length
+ * std::byte* ptr = nullptr;                    // e.g. a buffer your transport owns
+ * gradzip::span<std::byte> out(ptr, 0);        // from a pointer and a length
+ * // gradzip's functions deduce T from span<const T>, as std::span's users do: pass
+ * // gradzip::span<const float>(g), not g, where T is a template parameter.
  * @endcode
  */
 #pragma once

@@ -22,8 +22,14 @@
  * @code
  * gradzip::hash::partition zen{64, seed};
  * auto load = zen.loads(n);                            // balance: max / mean near 1
+ * std::vector<std::uint64_t> sorted = {3, 17, 40};     // the nonzeros' indices, increasing, < n
+ * const std::uint64_t capacity = 4, overflow = 8;      // slots per part, shared overflow slots
+ * std::vector<std::uint64_t> slots(64 * capacity), counts(64), spill(overflow);
+ * std::vector<std::uint32_t> spill_parts(overflow);
  * auto r = zen.split_fixed(sorted, n, capacity, overflow, slots, counts, spill, spill_parts);
- * if (r.unplaced != 0) { ... }                        // send the rest another way
+ * if (r.unplaced != 0) {
+ *   // send the rest another way
+ * }
  * @endcode
  */
 #pragma once

@@ -37,8 +37,8 @@
  * @code
  * gradzip::hash::simhash sh{1024, 128, seed};         // 1/8 bit + 1/32 bit of scale per element
  * std::vector<std::byte> out(sh.max_compressed_bytes<float>(n));
- * out.resize(sh.compress(exec, grad, out, {step, tensor_id}));
- * sh.decompress_add(exec, out, accum);
+ * out.resize(sh.compress(exec, gradzip::span<const float>(grad), out, {step, tensor_id}));
+ * sh.decompress_add(exec, gradzip::span<const std::byte>(out), gradzip::span<float>(accum));
  * @endcode
  */
 #pragma once

@@ -9,9 +9,10 @@
  * with shifts. Bytes for `count` codes: ceil(count / 32) x bits x 4.
  *
  * @code
- * std::uint32_t words[3];                       // one group of 3-bit codes
+ * std::uint8_t codes[32] = {5, 1, 7};            // 32 codes of 3 bits
+ * std::uint32_t words[3];                       // one group: 3 bit planes
  * gradzip::quantize::pack_group(codes, 32, 3, words);
- * unsigned c = gradzip::quantize::unpack_code(words, 3, 17);
+ * unsigned c = gradzip::quantize::unpack_code(reinterpret_cast<const std::uint8_t*>(words), 3, 2);  // 7
  * @endcode
  */
 #pragma once

@@ -17,8 +17,10 @@
  * @code
  * using sign_codec = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::sign<false>,
  *                                   gradzip::encode::none>;
- * std::vector<gradzip::span<const std::byte>> received = ...;   // one payload per worker
- * gradzip::quantize::majority_vote(exec, sign_codec{}, gradzip::span(received), gradzip::span(update));
+ * std::vector<gradzip::span<const std::byte>> received;   // one payload per worker
+ * std::vector<float> update(n);
+ * gradzip::quantize::majority_vote(exec, sign_codec{}, gradzip::span<const gradzip::span<const std::byte>>(received),
+ *                                  gradzip::span<float>(update));
  * @endcode
  */
 #pragma once

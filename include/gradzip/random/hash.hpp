@@ -11,6 +11,7 @@
  * `multiply_shift` is the cheaper, provably pairwise independent family the Count Sketch uses.
  *
  * @code
+ * const std::uint64_t i = 12345, columns = 1000;
  * std::uint64_t h = gradzip::hash64(seed, i);
  * std::uint64_t bucket = gradzip::hash_to_range(h, columns);  // in [0, columns)
  * const auto f = gradzip::multiply_shift::from_key(seed);      // 2-independent onto 32 bits

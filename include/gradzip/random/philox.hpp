@@ -8,7 +8,8 @@
  * (step, tensor id, element index) in the counter, see `philox_for`.
  *
  * @code
- * auto r = gradzip::philox4x32_10({i, 0, step, tensor}, {seed_lo, seed_hi});  // 4 x uint32
+ * const std::uint32_t i = 7, tensor = 2, seed_lo = 42, seed_hi = 0, step32 = 1;
+ * auto r = gradzip::philox4x32_10({i, 0, step32, tensor}, {seed_lo, seed_hi});  // 4 x uint32
  * float u = gradzip::uniform_float(r[0]);                                      // in [0, 1)
  * @endcode
  */

@@ -28,7 +28,7 @@
  * @code
  * gradzip::sketch::count_sketch cs{5, n / 100, seed};
  * std::vector<std::byte> table(cs.payload_bytes(n));
- * cs.compress(exec, grad, table);                    // then allreduce the table, or merge
+ * cs.compress(exec, gradzip::span<const float>(grad), table);   // then allreduce the table, or merge
  * std::vector<std::byte> top(cs.max_unsketch_bytes(n, k));
  * top.resize(cs.unsketch(exec, table, k, top));      // a codec<sparsify::topk> payload
  * @endcode

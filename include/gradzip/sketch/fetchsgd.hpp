@@ -31,10 +31,12 @@
  * @code
  * gradzip::sketch::count_sketch cs{5, n / 50, seed};
  * gradzip::sketch::fetchsgd fs{cs, n, n / 100, 0.9f};
- * cs.compress(exec, grad, table);                        // then allreduce (sum) the table
+ * std::vector<std::byte> table(cs.payload_bytes(n));
+ * cs.compress(exec, gradzip::span<const float>(grad), table);   // then allreduce (sum) the table
  * std::vector<std::byte> delta(fs.max_update_bytes());
  * delta.resize(fs.step(exec, table, delta, 1.0f / workers, lr));
- * codec<sparsify::topk>{sparsify::topk::count(n / 100)}.decompress_add(exec, delta, weights, -1.0f);
+ * gradzip::codec<gradzip::sparsify::topk>{gradzip::sparsify::topk::count(n / 100)}.decompress_add(
+ *     exec, gradzip::span<const std::byte>(delta), gradzip::span<float>(weights), -1.0f);
  * @endcode
  */
 #pragma once

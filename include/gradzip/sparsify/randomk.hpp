@@ -24,8 +24,8 @@
  *
  * @code
  * using rk = gradzip::codec<gradzip::sparsify::randomk, gradzip::quantize::none, gradzip::encode::none>;
- * rk c{gradzip::sparsify::randomk::ratio(0.01, shared_seed)};
- * c.compress(exec, grad, out, {step, tensor_id});   // every worker: same seed, step and tensor id
+ * rk c{gradzip::sparsify::randomk::ratio(0.01, seed)};
+ * c.compress(exec, gradzip::span<const float>(grad), out, {step, tensor_id});   // same seed, step, tensor id everywhere
  * @endcode
  */
 #pragma once

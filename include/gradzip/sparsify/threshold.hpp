@@ -18,7 +18,7 @@
  * @code
  * gradzip::codec<gradzip::sparsify::threshold> c{gradzip::sparsify::threshold{1e-3}};
  * std::vector<std::byte> out(c.max_compressed_bytes<float>(n));           // the bound
- * std::size_t bytes = c.compress(exec, grad, gradzip::span<std::byte>(out));  // the actual size
+ * std::size_t bytes = c.compress(exec, gradzip::span<const float>(grad), gradzip::span<std::byte>(out));  // the size
  * @endcode
  */
 #pragma once

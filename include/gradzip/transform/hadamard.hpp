@@ -21,8 +21,8 @@
  * using q4 = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::uniform<4>, gradzip::encode::none>;
  * gradzip::transform::rotated<q4> c{q4{}, gradzip::transform::hadamard{1024, seed}};
  * std::vector<std::byte> out(c.max_compressed_bytes<float>(n));
- * out.resize(c.compress(exec, grad, out));
- * c.decompress_add(exec, out, accum);
+ * out.resize(c.compress(exec, gradzip::span<const float>(grad), out));
+ * c.decompress_add(exec, gradzip::span<const std::byte>(out), gradzip::span<float>(accum));
  * @endcode
  */
 #pragma once

@@ -10,7 +10,7 @@
  * sealed payloads with `read_header` on the host if your transport can corrupt bytes.
  *
  * @code
- * std::size_t bytes = codec.compress(exec, grad, out);
+ * std::size_t bytes = codec.compress(exec, gradzip::span<const float>(grad), out);
  * gradzip::wire::seal(gradzip::span<std::byte>(out.data(), bytes));
  * @endcode
  */

@@ -12,8 +12,8 @@
  * and throws `gradzip::format_error` with a message that names what was wrong.
  *
  * @code
- * gradzip::wire::header h = gradzip::wire::read_header(bytes);   // throws on bad bytes
- * std::printf("%llu elements, %u sections\n", h.element_count, h.section_count);
+ * gradzip::wire::header h = gradzip::wire::read_header(gradzip::span<const std::byte>(payload));  // throws on bad bytes
+ * std::printf("%llu elements, %u sections\n", static_cast<unsigned long long>(h.element_count), h.section_count);
  * @endcode
  */
 #pragma once

@@ -12,7 +12,9 @@
  * gradzip::wire::payload_layout layout;
  * layout.add(gradzip::wire::tag::params, 16);
  * layout.add(gradzip::wire::tag::values, n * 4);
- * gradzip::wire::write_header(out, layout, gradzip::element_type::f32, id, n);
+ * std::vector<std::uint8_t> out(layout.total_bytes());
+ * const gradzip::wire::codec_id id{0, 0, 0, 0};             // your stages' ids
+ * gradzip::wire::write_header(out.data(), layout, gradzip::element_type::f32, id, n);
  * @endcode
  */
 #pragma once

@@ -1,0 +1,35 @@
+// The names that gradzip's documentation uses in its examples without declaring them, declared
+// here so that tools/snippets.py can compile every example (ctest "snippets: ..."). Read an
+// example's `grad` as "your gradient", and so on. Fragments are compiled, not run, so these are
+// declarations only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include <gradzip/gradzip.hpp>
+#if GRADZIP_SNIPPETS_MPI
+#define OMPI_SKIP_MPICXX 1  // MPI's C API only (its C++ bindings warn under -Wextra)
+#define MPICH_SKIP_MPICXX 1
+#include <gradzip/comm/mpi.hpp>
+#endif
+
+extern std::size_t n;                 // elements in the tensor
+extern std::size_t k;                 // elements to keep
+extern std::uint64_t seed;            // a seed every worker shares
+extern std::uint64_t step;            // the training step
+extern std::uint64_t tensor_id;       // the tensor's index in the model
+extern int workers;                   // ranks in the job
+extern float lr;                      // learning rate
+extern gradzip::host exec;            // the host executor
+extern std::vector<float> grad;       // this worker's gradient, n values
+extern std::vector<float> accum;      // where decoded payloads are added, n values
+extern std::vector<float> weights;    // the model's parameters, n values
+extern std::vector<std::byte> out;    // a buffer of the codec's max_compressed_bytes
+extern std::vector<std::byte> payload;  // a payload received from a peer
+extern gradzip::comm::communicator& comm;  // MPI, NCCL or your own (docs/communication.md)
+
+using codec_t = gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo>;
+extern const codec_t codec;           // a codec chosen elsewhere

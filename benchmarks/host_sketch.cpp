@@ -59,7 +59,7 @@ void BM_count_sketch_recall(benchmark::State& state) {
   double recall = 0.0;
   for (auto _ : state) {
     cs.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(table));
-    const std::size_t bytes = cs.unsketch(exec, gradzip::span<const std::byte>(table), k, gradzip::span<std::byte>(top));
+    const std::size_t bytes = cs.unsketch(exec, gradzip::span<const std::byte>(table), n, k, gradzip::span<std::byte>(top));
     const auto h = gradzip::wire::read_header(gradzip::span<const std::byte>(top.data(), bytes));
     std::memcpy(got.data(), top.data() + h.sections[1].offset, k * 4);
     std::size_t hits = 0;

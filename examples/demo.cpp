@@ -216,7 +216,7 @@ row measure_count_sketch(const std::string& name, gradzip::host& exec, const std
   const double tc = best_seconds(3, [&] { cs.compress(exec, gradzip::span<const float>(g), gradzip::span<std::byte>(table)); });
   std::size_t top_bytes = 0;
   const double tu = best_seconds(3, [&] {
-    top_bytes = cs.unsketch(exec, gradzip::span<const std::byte>(table), k, gradzip::span<std::byte>(top));
+    top_bytes = cs.unsketch(exec, gradzip::span<const std::byte>(table), n, k, gradzip::span<std::byte>(top));
   });
   std::vector<float> dense(n);
   gradzip::codec<gradzip::sparsify::topk>{gradzip::sparsify::topk::count(k)}.decompress(

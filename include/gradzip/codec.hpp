@@ -496,6 +496,31 @@ class codec {
     }
   }
 
+  /**
+   * dense_out <- the sum of every payload's decode, every payload validated before anything is
+   * written. Host: a bad payload throws format_error naming its position. CUDA: the failure
+   * reaches `exec.check()`. Either way `dense_out` is then unchanged. What a vote or an average
+   * of peers' payloads needs (quantize::majority_vote).
+   */
+  template <class Exec, class T>
+  void decompress_all(Exec& exec, span<const span<const std::byte>> payloads, span<T> dense_out) const {
+    GRADZIP_EXPECTS(!payloads.empty(), "decompress_all: no payloads");
+    if constexpr (std::is_same_v<Exec, host>) {
+      std::size_t bad = 0;
+      try {
+        detail::payload_backend<Exec>::decode_all(exec, *this, payloads, dense_out, 1.0f, true, bad);
+      } catch (const format_error& e) {
+        throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
+      }
+    } else {
+      // Every check first: a failure in the status word makes each later apply kernel skip.
+      for (const auto& p : payloads) detail::payload_backend<Exec>::check(exec, *this, p, dense_out.size());
+      for (std::size_t m = 0; m < payloads.size(); ++m) {
+        detail::payload_backend<Exec>::decode(exec, *this, payloads[m], dense_out, 1.0f, m == 0);
+      }
+    }
+  }
+
   /// dense_out <- decode(payload): every element written (zeros where a sparsifier sent none).
   template <class Exec, class T>
   void decompress(Exec& exec, span<const std::byte> payload, span<T> dense_out) const {

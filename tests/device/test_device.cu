@@ -297,6 +297,16 @@ TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {
   dev.check();
   const auto got = vote.download();
   CHECK(std::memcmp(got.data(), expected.data(), n * sizeof(float)) == 0);
+  // A bad payload anywhere in the vote leaves the output as it was (every check runs first).
+  device_vector<std::byte> zeros(std::vector<std::byte>(64));
+  for (std::size_t bad_at : {std::size_t{0}, dv.size()}) {
+    auto with_bad = dv;
+    with_bad.insert(with_bad.begin() + static_cast<std::ptrdiff_t>(bad_at), gz::span<const std::byte>(zeros.data, zeros.size));
+    device_vector<float> untouched(std::vector<float>(n, 42.0f));
+    gz::quantize::majority_vote(dev, sign_codec{}, gz::span<const gz::span<const std::byte>>(with_bad), untouched.view());
+    CHECK_THROWS_AS(dev.check(), gz::format_error);
+    CHECK(untouched.download() == std::vector<float>(n, 42.0f));
+  }
 }
 
 TEST_CASE("cuda compress and decompress_add allocate nothing after reserve", "[gpu]") {
@@ -630,7 +640,7 @@ TEST_CASE("cuda count sketch merge and unsketch equal the host's", "[gpu]") {
   CHECK(into.download() == expected);
   for (std::uint64_t k : {std::uint64_t{1}, std::uint64_t{100}, std::uint64_t{5000}}) {
     std::vector<std::byte> want(cs.max_unsketch_bytes(n, k));
-    want.resize(cs.unsketch(host, gz::span<const std::byte>(expected), k, gz::span<std::byte>(want)));
+    want.resize(cs.unsketch(host, gz::span<const std::byte>(expected), n, k, gz::span<std::byte>(want)));
     device_vector<std::byte> got(cs.max_unsketch_bytes(n, k));
     const std::size_t bytes = cs.unsketch(dev, gz::span<const std::byte>(into.data, into.size), n, k, got.view());
     dev.check();

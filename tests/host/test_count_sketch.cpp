@@ -154,7 +154,7 @@ TEST_CASE("count sketch recovers planted heavy hitters", "[count_sketch]") {
   host exec;
   const auto table = sketch_of(cs, x);
   std::vector<std::byte> top(cs.max_unsketch_bytes(n, hitters));
-  top.resize(cs.unsketch(exec, span<const std::byte>(table), hitters, span<std::byte>(top)));
+  top.resize(cs.unsketch(exec, span<const std::byte>(table), n, hitters, span<std::byte>(top)));
   const auto found = test::payload_indices(top);
   std::size_t recalled = 0;
   for (auto i : found) recalled += std::binary_search(planted.begin(), planted.end(), i) ? 1 : 0;
@@ -201,8 +201,6 @@ TEST_CASE("count sketch rejects malformed and mismatched sketches", "[count_sket
   CHECK_THROWS_AS(cs.merge(exec, span<std::byte>(into), span<const std::byte>(longer)), format_error);
   std::vector<std::byte> top(cs.max_unsketch_bytes(501, 5));
   CHECK_THROWS_AS(cs.unsketch(exec, span<const std::byte>(good), 501, 5, span<std::byte>(top)), format_error);
-  CHECK(cs.unsketch(exec, span<const std::byte>(good), 500, 5, span<std::byte>(top)) ==
-        cs.unsketch(exec, span<const std::byte>(good), 5, span<std::byte>(top)));
   CHECK_THROWS_AS((sketch::count_sketch{0, 10, 1}), invalid_argument);
   CHECK_THROWS_AS((sketch::count_sketch{3, 0, 1}), invalid_argument);
   CHECK_THROWS_AS((sketch::count_sketch{3, sketch::count_sketch::max_columns + 1, 1}), invalid_argument);
@@ -231,3 +229,48 @@ TEST_CASE("count sketch's AVX2 hashing equals multiply_shift and bucket_of", "[c
   }
 }
 #endif
+
+namespace {
+/// Whether S has an unsketch that takes its element count from the payload (exec, sketch, k, out).
+template <class S, class = void>
+struct unsketch_trusts_payload_n : std::false_type {};
+template <class S>
+struct unsketch_trusts_payload_n<S, std::void_t<decltype(std::declval<const S&>().unsketch(
+                                        std::declval<host&>(), span<const std::byte>(), std::uint64_t{}, span<std::byte>()))>>
+    : std::true_type {};
+}  // namespace
+
+TEST_CASE("count sketch: a hostile element count is rejected before anything is allocated", "[count_sketch][hostile]") {
+  // Issue 22: unsketch(exec, sketch, k, out) sized its scratch from the payload's n: a giant n
+  // asked for an allocation of the attacker's size (std::bad_alloc here), and an n whose byte
+  // size wraps gave a small buffer that estimate overflowed (ASan). Every entry point now takes
+  // the caller's n and checks the payload against it first.
+  CHECK_FALSE(unsketch_trusts_payload_n<sketch::count_sketch>::value);
+  const sketch::count_sketch cs{3, 100, 9};
+  const auto good = sketch_of(cs, std::vector<float>(500, 1.0f));
+  for (const std::uint64_t hostile_n : {std::uint64_t{0x8000000000011240} / 4, (std::uint64_t{1} << 62) + 8}) {
+    auto bad = good;
+    wire::detail::store_le(reinterpret_cast<std::uint8_t*>(bad.data()) + 16, hostile_n, 8);  // the header's n
+    host exec;
+    std::vector<std::byte> top(cs.max_unsketch_bytes(500, 5), std::byte{0x5A});
+    std::vector<float> estimates(500, 42.0f);
+    const auto top_before = top;
+    const auto rejects = [&](auto call) {
+      try {
+        call();
+        FAIL("accepted n = " << hostile_n);
+      } catch (const format_error& e) {
+        INFO(e.what());
+        CHECK(e.code() == wire::format_errc::size_mismatch);
+      }
+    };
+    rejects([&] { cs.unsketch(exec, span<const std::byte>(bad), 500, 5, span<std::byte>(top)); });
+    rejects([&] { cs.estimate(exec, span<const std::byte>(bad), span<float>(estimates)); });
+    auto into = good;
+    rejects([&] { cs.merge(exec, span<std::byte>(into), span<const std::byte>(bad)); });
+    CHECK(exec.scratch_capacity() == 0);  // nothing allocated
+    CHECK(top == top_before);             // nothing written
+    CHECK(estimates == std::vector<float>(500, 42.0f));
+    CHECK(into == good);
+  }
+}

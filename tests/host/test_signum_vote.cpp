@@ -80,3 +80,23 @@ TEST_CASE("majority vote validates payloads and the vote count", "[signum]") {
                                           span<float>(out)),
                   invalid_argument);
 }
+
+TEST_CASE("majority vote leaves the output unchanged when any payload is bad", "[signum][hostile]") {
+  // Issue 22's reproducer: a valid 7-element sign payload, then 16 zero bytes. The vote decoded
+  // payload 0 into `out` before it read payload 1 (out[0] went from 42 to 1).
+  host exec;
+  const auto good = test::compress(sign_codec{}, exec, std::vector<float>{1, -1, 1, -1, 1, -1, 1});
+  const std::vector<std::byte> zeros(16);
+  for (const bool bad_first : {false, true}) {
+    std::vector<span<const std::byte>> views = {span<const std::byte>(good), span<const std::byte>(zeros)};
+    if (bad_first) std::swap(views[0], views[1]);
+    std::vector<float> out(7, 42.0f);
+    try {
+      quantize::majority_vote(exec, sign_codec{}, span<const span<const std::byte>>(views), span<float>(out));
+      FAIL("accepted 16 zero bytes");
+    } catch (const format_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(bad_first ? "payload 0 of 2" : "payload 1 of 2"));
+    }
+    CHECK(out == std::vector<float>(7, 42.0f));
+  }
+}

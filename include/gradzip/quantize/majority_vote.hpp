@@ -11,8 +11,9 @@
  *
  * Elements a sparsifier did not send count as 0 votes. The votes are summed in `out` itself, so
  * T must hold the worker count exactly: any M for float and double, M <= 2048 for fp16 and
- * M <= 256 for bf16 (checked). Every payload is validated before it is added. On CUDA the work
- * is stream-ordered; decoding errors surface through `exec.check()`.
+ * M <= 256 for bf16 (checked). Every payload is validated before `out` is written, so a bad one
+ * leaves `out` unchanged (`codec::decompress_all`). On CUDA the work is stream-ordered; decoding
+ * errors surface through `exec.check()`.
  *
  * @code
  * using sign_codec = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::sign<false>,
@@ -49,9 +50,8 @@ void majority_vote(Exec& exec, const Codec& codec, span<const span<const std::by
   GRADZIP_EXPECTS(payloads.size() <= exact_votes, "majority_vote: ", payloads.size(),
                   " votes do not count exactly in ", element_type_name(element_traits<T>::type),
                   " (at most ", exact_votes, "); vote into float");
-  codec.decompress(exec, payloads[0], out);
-  for (std::size_t m = 1; m < payloads.size(); ++m) codec.decompress_add(exec, payloads[m], out);
-  gradzip::detail::executor_ops<Exec>::sign(exec, out);
+  codec.decompress_all(exec, payloads, out);  // all validated before `out` is written
+  gradzip::detail::executor_ops<Exec>::sign(exec, out);  // CUDA: skipped after a failure
 }
 
 }  // namespace gradzip::quantize

@@ -30,7 +30,7 @@
  * std::vector<std::byte> table(cs.payload_bytes(n));
  * cs.compress(exec, gradzip::span<const float>(grad), table);   // then allreduce the table, or merge
  * std::vector<std::byte> top(cs.max_unsketch_bytes(n, k));
- * top.resize(cs.unsketch(exec, table, k, top));      // a codec<sparsify::topk> payload
+ * top.resize(cs.unsketch(exec, table, n, k, top));   // a codec<sparsify::topk> payload of n
  * @endcode
  */
 #pragma once
@@ -243,19 +243,26 @@ class count_sketch {
     return row * columns_ + bucket_of(hash_of(seed_, row, i), columns_);
   }
 
+  /// The largest n `unsketch` takes: its scratch, n floats plus top-k's, stays far from
+  /// overflowing a 64-bit size (2^56 elements is 256 PiB of estimates).
+  static constexpr std::uint64_t max_unsketch_elements = std::uint64_t{1} << 56;
+  static void expect_unsketch_size(std::uint64_t n) {
+    GRADZIP_EXPECTS(n <= max_unsketch_elements, "count_sketch::unsketch: n = ", n, " exceeds ",
+                    max_unsketch_elements, " elements");
+  }
+
   /// Bytes `unsketch` may write for k of n elements (a codec<sparsify::topk> payload).
   std::size_t max_unsketch_bytes(std::size_t n, std::uint64_t k) const {
     return codec<sparsify::topk>{sparsify::topk::count(k)}.max_compressed_bytes<float>(n);
   }
 
-  /// The k heavy hitters: the k largest |estimates| (top-k's rules) as a codec<sparsify::topk>
-  /// payload of estimated values; returns its size. Scratch: n floats in `exec`.
-  std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t k, span<std::byte> out) const {
-    return unsketch(exec, sketch, parse(sketch, nullptr).n, k, out);
-  }
-  /// The same for a sketch that must be of n elements (the form every executor has).
+  /// The k heavy hitters of a sketch of n elements: the k largest |estimates| (top-k's rules) as
+  /// a codec<sparsify::topk> payload of estimated values; returns its size. Scratch: n floats in
+  /// `exec`. n is the caller's, never the payload's: a payload of another n is rejected
+  /// (size_mismatch) before anything is allocated, so hostile bytes cannot choose the size.
   std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t n, std::uint64_t k,
                        span<std::byte> out) const {
+    expect_unsketch_size(n);
     parse(sketch, &n);
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).

@@ -253,6 +253,7 @@ struct count_sketch_backend<cuda> {
   /// beside the status word's failure), then the CUDA top-k of the estimates.
   static std::size_t unsketch(const sketch::count_sketch& s, cuda& exec, span<const std::byte> sketch, std::uint64_t n,
                               std::uint64_t k, span<std::byte> out) {
+    sketch::count_sketch::expect_unsketch_size(n);  // n is the caller's; the device checks the payload's
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
     const std::size_t at = scratch_aligned(top.workspace_bytes<float>(exec, n));

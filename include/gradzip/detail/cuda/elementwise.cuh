@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gradzip/core/element_type.hpp"
+#include "gradzip/wire/format.hpp"
 
 namespace gradzip::detail {
 
@@ -53,7 +54,8 @@ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
 
 template <class T>
 __global__ __launch_bounds__(block_threads)
-void sign_kernel(T* y, std::uint64_t n) {
+void sign_kernel(T* y, std::uint64_t n, const wire::status* st) {
+  if (st->code != wire::format_errc::ok) return;  // a decode before failed: change nothing
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -106,7 +108,8 @@ struct executor_ops<cuda> {
   template <class T>
   static void sign(cuda& exec, span<T> y) {
     if (y.empty()) return;
-    launch(sign_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), y.size());
+    launch(sign_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), y.size(),
+           exec.status_word());
   }
 
   template <class T>

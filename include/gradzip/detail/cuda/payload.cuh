@@ -263,45 +263,64 @@ struct payload_backend<cuda> {
     launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), out, l, type, n, k, sp);
   }
 
-  template <class Codec, class T>
-  static void decode(cuda& exec, const Codec&, span<const std::byte> payload, span<T> out,
-                     float alpha, bool overwrite) {
-    static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
+  /// Every check of a payload for an output of out_size elements, writing nothing but the status
+  /// word (and, for bitmap indices, the per-word counts in scratch, which it returns).
+  template <class Codec>
+  static std::uint64_t* check(cuda& exec, const Codec&, span<const std::byte> payload, std::uint64_t out_size) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     require_aligned(bytes, "decompress");
     // At most payload.size() / 4 entries can fit (a 2-byte value needs a 4-byte index): the
     // grid covers that bound; the kernels read the true count from the validated header.
     const unsigned grid = grid_for(exec, payload.size() / 4);
-    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.size(),
+    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out_size,
            exec.status_word(), exec.pending_failure());
     if constexpr (Codec::checks_elements) settle(exec, element_recheck<Codec>{bytes, payload.size()});
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
     constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
-    const std::uint64_t words = encode::bitmap::words(out.size());
+    const std::uint64_t words = encode::bitmap::words(out_size);
     std::uint64_t* counts = nullptr;
     if constexpr (may_bitmap) {
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
-      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(decode_workspace_bytes<Codec>(exec, out.size())));
+      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(decode_workspace_bytes<Codec>(exec, out_size)));
       std::uint64_t* first = counts + words;
-      launch(bitmap_count_kernel<Codec>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(), out.size(),
+      launch(bitmap_count_kernel<Codec>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(), out_size,
              counts, exec.status_word());
       if (words != 0) {
         std::size_t temp_size = temp_bytes;
         GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(first + words) + 256, temp_size,
                                                        counts, first, words, exec.stream()));
       }
-      launch(bitmap_total_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out.size(), counts, first,
+      launch(bitmap_total_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, counts, first,
              exec.status_word());
     }
-    // At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
-    const std::uint64_t chunk_bound = encode::delta_varint::chunks(std::min<std::uint64_t>(out.size(), payload.size()));
     if constexpr (may_delta) {
+      const std::uint64_t chunk_bound = delta_chunk_bound(payload, out_size);
       launch(delta_validate_kernel<Codec>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes,
-             payload.size(), out.size(), exec.pending_failure());
-      settle(exec, chunk_recheck<Codec>{bytes, payload.size(), out.size()});
+             payload.size(), out_size, exec.pending_failure());
+      settle(exec, chunk_recheck<Codec>{bytes, payload.size(), out_size});
     }
+    return counts;
+  }
+
+  /// At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
+  static std::uint64_t delta_chunk_bound(span<const std::byte> payload, std::uint64_t out_size) {
+    return encode::delta_varint::chunks(std::min<std::uint64_t>(out_size, payload.size()));
+  }
+
+  template <class Codec, class T>
+  static void decode(cuda& exec, const Codec& codec, span<const std::byte> payload, span<T> out,
+                     float alpha, bool overwrite) {
+    static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
+    std::uint64_t* counts = check(exec, codec, payload, out.size());
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
+    const unsigned grid = grid_for(exec, payload.size() / 4);
+    using Indices = typename Codec::indices_type;
+    constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
+    constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
+    constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
+    const std::uint64_t words = encode::bitmap::words(out.size());
     if (overwrite && !out.empty()) {
       launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
              exec.status_word());
@@ -315,7 +334,7 @@ struct payload_backend<cuda> {
              out.data(), out.size(), alpha, counts + words, exec.status_word());
     }
     if constexpr (may_delta) {
-      launch(delta_apply_kernel<Codec, T>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes, payload.size(),
+      launch(delta_apply_kernel<Codec, T>, grid_for(exec, delta_chunk_bound(payload, out.size())), block_threads, 0, exec.stream(), bytes, payload.size(),
              out.data(), out.size(), alpha, exec.status_word());
     }
   }

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-tools/deps.sh cmake ninja-build g++ catch2 libbenchmark-dev clang-14 libclang-rt-14-dev \
+tools/deps.sh cmake ninja-build g++ catch2 libbenchmark-dev clang-14 libclang-rt-14-dev libomp-14-dev \
   openmpi-bin libopenmpi-dev zlib1g-dev dataset-fashion-mnist
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"

@@ -71,7 +71,7 @@ TEST_CASE("error feedback restore rejects foreign state", "[feedback]") {
   CHECK_THROWS_AS(wrong_size.restore(exec, span<const std::byte>(state)), format_error);
   feedback::error_feedback<topk_codec, double, host> wrong_type(exec, topk_codec{}, 100);
   CHECK_THROWS_WITH(wrong_type.restore(exec, span<const std::byte>(state)),
-                    "error_feedback::restore: state holds f32 values, this state is f64");
+                    "error_feedback::restore: element type differs from the expected one: it holds f32, expected f64");
   auto truncated = state;
   truncated.resize(state.size() - 16);
   CHECK_THROWS_AS(a.restore(exec, span<const std::byte>(truncated)), format_error);
@@ -155,4 +155,51 @@ TEST_CASE("stateful wrappers change nothing when compress throws", "[host]") {
       return update;
     });
   }
+}
+
+TEST_CASE("saved states: edited bytes raise format_error and change nothing", "[feedback][hostile]") {
+  // Issue 22: a state whose element-type byte (offset 6) was edited, and momentum correction's
+  // trailing bytes, raised invalid_argument; docs/format.md promises format_error for bad bytes.
+  host exec;
+  const std::size_t n = 64;
+  const std::vector<float> g(n, 0.5f);
+  const auto expect = [](auto restore, wire::format_errc code) {
+    try {
+      restore();
+      FAIL("accepted");
+    } catch (const format_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == code);
+    }
+  };
+  const auto retyped = [](std::vector<std::byte> state) {
+    state[6] = std::byte{2};  // f32 -> f64; the later state of momentum correction keeps its own
+    return state;
+  };
+  ef_t ef(exec, topk_codec{}, n);
+  std::vector<std::byte> out(ef.max_compressed_bytes<float>());
+  ef.compress(exec, span<const float>(g), span<std::byte>(out));
+  const auto ef_state = ef.save(exec);
+  const auto ef_retyped = retyped(ef_state);
+  expect([&] { ef.restore(exec, span<const std::byte>(ef_retyped)); }, wire::format_errc::element_type_mismatch);
+  CHECK(ef.save(exec) == ef_state);
+
+  using sparse = codec<sparsify::topk>;
+  feedback::momentum_correction<sparse, float, host> mc(exec, sparse{sparsify::topk::count(4)}, n, 0.5f);
+  mc.compress(exec, span<const float>(g), span<std::byte>(out));
+  const auto mc_state = mc.save(exec);
+  const auto mc_retyped = retyped(mc_state);
+  expect([&] { mc.restore(exec, span<const std::byte>(mc_retyped)); }, wire::format_errc::element_type_mismatch);
+  auto longer = mc_state;
+  longer.resize(longer.size() + 16);
+  expect([&] { mc.restore(exec, span<const std::byte>(longer)); }, wire::format_errc::trailing_bytes);
+  CHECK(mc.save(exec) == mc_state);
+
+  using sign_codec = codec<sparsify::none, quantize::sign<false>, encode::none>;
+  feedback::signum<sign_codec, float, host> sg(exec, sign_codec{}, n, 0.9f);
+  sg.compress(exec, span<const float>(g), span<std::byte>(out));
+  const auto sg_state = sg.save(exec);
+  const auto sg_retyped = retyped(sg_state);
+  expect([&] { sg.restore(exec, span<const std::byte>(sg_retyped)); }, wire::format_errc::element_type_mismatch);
+  CHECK(sg.save(exec) == sg_state);
 }

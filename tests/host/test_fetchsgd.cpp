@@ -149,6 +149,14 @@ TEST_CASE("fetchsgd save and restore continue bit for bit; bad states are refuse
   auto truncated = saved;
   truncated.resize(saved.size() - 16);
   CHECK_THROWS_AS(b.restore(exec, span<const std::byte>(truncated)), format_error);
+  auto retyped = saved;
+  retyped[6] = std::byte{2};  // the element type byte: f32 -> f64 (the cells are fp32)
+  try {
+    b.restore(exec, span<const std::byte>(retyped));
+    FAIL("accepted a state that says f64");
+  } catch (const format_error& e) {
+    CHECK(e.code() == wire::format_errc::element_type_mismatch);
+  }
   // A sketch payload is not a state, and a state is not a sketch.
   const auto sketch = sketch_of(cs, std::vector<float>(n, 1.0f));
   CHECK_THROWS_AS(b.restore(exec, span<const std::byte>(sketch)), format_error);

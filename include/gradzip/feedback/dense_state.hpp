@@ -47,9 +47,11 @@ wire::header check_dense_state(span<const std::byte> bytes, std::size_t n, const
   if (h.codec.packed() != 0) {
     wire::throw_if_failed(wire::fail(wire::format_errc::codec_mismatch, h.codec.packed(), 0), what);
   }
-  GRADZIP_EXPECTS(h.type == element_traits<T>::type, what, ": state holds ",
-                  element_type_name(h.type), " values, this state is ",
-                  element_type_name(element_traits<T>::type));
+  if (h.type != element_traits<T>::type) {  // bytes, not a parameter: a format_error
+    wire::throw_if_failed(wire::fail(wire::format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
+                                     static_cast<std::uint64_t>(element_traits<T>::type)),
+                          what);
+  }
   if (h.element_count != n) {
     wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n), what);
   }

@@ -95,8 +95,11 @@ class momentum_correction {
     const span<const std::byte> v_bytes = bytes.subspan(first.total_bytes, bytes.size() - first.total_bytes);
     detail::check_dense_state<T>(u_bytes, size_, what);
     const wire::header second = detail::check_dense_state<T>(v_bytes, size_, what);
-    GRADZIP_EXPECTS(second.total_bytes == v_bytes.size(), what, ": ", v_bytes.size() - second.total_bytes,
-                    " trailing bytes after the saved state");
+    if (second.total_bytes != v_bytes.size()) {
+      wire::throw_if_failed(wire::fail(wire::format_errc::trailing_bytes, v_bytes.size() - second.total_bytes,
+                                       second.total_bytes),
+                            what);
+    }
     detail::restore_dense_state<T>(exec, u_bytes, velocity_, size_, what);
     detail::restore_dense_state<T>(exec, v_bytes, accumulated_, size_, what);
   }

@@ -155,6 +155,11 @@ class fetchsgd {
     const wire::tag tags[3] = {wire::tag::params, wire::tag::values, wire::tag::values};
     wire::throw_if_failed(wire::expect_frame(h, count_sketch::id.packed(), tags, 3, count_sketch::params_bytes), what);
     if (h.element_count != n_) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n_), what);
+    if (h.type != element_type::f32) {  // the tables are fp32 cells
+      wire::throw_if_failed(wire::fail(wire::format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
+                                       static_cast<std::uint64_t>(element_type::f32)),
+                            what);
+    }
     const wire::payload_layout l = state_layout();
     for (int s = 1; s < 3; ++s) {
       if (h.sections[s].size != l.at(s).size) {

@@ -42,6 +42,8 @@ enum class format_errc : std::uint32_t {
   varint_overrun,         ///< a chunk's gaps run past its data bytes, or leave some unread
   bad_chunk_table,        ///< a chunk-table entry disagrees with the data it indexes
   count_over_bound,       ///< compress: a data-dependent selection exceeds its payload bound
+  element_type_mismatch,  ///< a saved state holds another element type than the restoring object
+  trailing_bytes,         ///< bytes follow the last payload where none may
 };
 
 /// A short English description of a code.
@@ -76,6 +78,8 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::varint_overrun: return "varint data overrun";
     case format_errc::bad_chunk_table: return "chunk table disagrees with the data";
     case format_errc::count_over_bound: return "the selection exceeds the payload bound";
+    case format_errc::element_type_mismatch: return "element type differs from the expected one";
+    case format_errc::trailing_bytes: return "trailing bytes after the payload";
   }
   return "unknown error";
 }

@@ -203,6 +203,11 @@ inline std::string message(const status& s) {
       return concat(what, ": chunk ", s.a, " decodes ", s.b, " data bytes, its table entries give ", s.c);
     case format_errc::bad_chunk_table:
       return concat(what, ": chunk ", s.a, " entry holds ", s.b, ", the data give ", s.c);
+    case format_errc::element_type_mismatch:
+      return concat(what, ": it holds ", element_type_name(static_cast<element_type>(s.a)), ", expected ",
+                    element_type_name(static_cast<element_type>(s.b)));
+    case format_errc::trailing_bytes:
+      return concat(what, ": ", s.a, " bytes follow a payload of ", s.b);
     case format_errc::count_over_bound:
       return concat(what, ": ", s.a, " elements selected, max_compressed_bytes holds ", s.b,
                     " (non-finite values are always kept: is the gradient diverging?)");

@@ -41,13 +41,14 @@ void for_each_chunk(host& exec, std::size_t chunks, F&& f) {
 #endif
 }
 
-/// Carves aligned sub-buffers out of one scratch block.
+/// Carves aligned sub-buffers out of one scratch block. With a null base it only measures
+/// (every pointer it hands out is null: an offset from a null pointer is undefined behaviour).
 class scratch_carver {
  public:
   explicit scratch_carver(std::byte* base) : base_(base) {}
   template <class T>
   T* take(std::size_t count) {
-    T* p = reinterpret_cast<T*>(base_ + used_);
+    T* p = base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + used_);
     used_ += (count * sizeof(T) + 63) / 64 * 64;
     return p;
   }

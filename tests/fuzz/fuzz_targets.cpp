@@ -7,6 +7,9 @@
 //   5 hashing    SimHash configurations; Hadamard-rotated codecs (nested payloads)
 //   6 states     error feedback, momentum correction and Signum restore; majority vote
 //   7 partition  Zen's hash bitmap
+// In targets 1-4, byte 0 of an input picks one configuration (codec, or sketch entry point) and
+// the rest is the payload: each input costs one decoder, not the family, so a long run reaches
+// 10^7 executions in CPU-minutes, and a mutated byte 0 still feeds one codec another's payload.
 // Any byte string either decodes or raises gradzip::format_error: any other exception aborts
 // (a finding), as do ASan/UBSan reports, an allocation over -malloc_limit_mb, and a timeout.
 // With GRADZIP_FUZZ_SEEDS=<dir> set, the target first writes valid payloads of every
@@ -26,12 +29,12 @@ using bytes_t = gz::span<const std::byte>;
 
 namespace {
 
-/// The tensor size a payload claims when it is modest, else 16 (the harness's own buffers stay
-/// small, and runs fast; the size check itself is then what the bytes meet).
-std::size_t claimed_size(bytes_t bytes) {
+/// The tensor size a payload claims when it is at most `limit`, else 16 (the harness's own buffers
+/// stay small, and runs fast; the size check itself is then what the bytes meet).
+std::size_t claimed_size(bytes_t bytes, std::uint64_t limit = 4096) {
   try {
     const auto h = gz::wire::read_header(bytes);
-    if (h.element_count <= 4096) return static_cast<std::size_t>(h.element_count);
+    if (h.element_count <= limit) return static_cast<std::size_t>(h.element_count);
   } catch (const gz::format_error&) {
   }
   return 16;
@@ -60,15 +63,33 @@ std::vector<float> sample_gradient(std::size_t n, std::uint32_t salt) {
 
 std::vector<std::vector<std::byte>> seeds;
 
+/// A seed for the configuration `which` of targets 1-4: the selector byte, then the payload.
+void push_selected(std::size_t which, bytes_t payload) {
+  std::vector<std::byte> seed{static_cast<std::byte>(which)};
+  seed.insert(seed.end(), payload.begin(), payload.end());
+  seeds.push_back(seed);
+}
+
+/// Byte 0 of an input modulo `count` (the configuration), and the payload after it.
+struct selection {
+  std::size_t which;
+  bytes_t payload;
+};
+
+selection pick(bytes_t bytes, std::size_t count) {
+  if (bytes.empty()) return {0, bytes};
+  return {std::to_integer<std::size_t>(bytes[0]) % count, bytes.subspan(1, bytes.size() - 1)};
+}
+
 template <class Codec>
-void seed_codec(const Codec& c, std::initializer_list<std::size_t> sizes = {1, 100, 1000}) {
+void seed_codec(std::size_t which, const Codec& c) {
   gz::host exec(1);
   std::uint32_t salt = 0;
-  for (std::size_t n : sizes) {
+  for (std::size_t n : {1, 100, 1000}) {
     const auto g = sample_gradient(n, ++salt);
     std::vector<std::byte> out(c.template max_compressed_bytes<float>(n));
     out.resize(c.compress(exec, gz::span<const float>(g), gz::span<std::byte>(out), {7, 3}));
-    seeds.push_back(out);
+    push_selected(which, out);
   }
 }
 
@@ -87,6 +108,31 @@ void decode_codec(const Codec& c, bytes_t bytes) {
   attempt([&] { c.decompress_all(exec, gz::span<const bytes_t>(twice, 2), gz::span<double>(dense)); });
 }
 
+#if GRADZIP_FUZZ_TARGET <= 3
+template <class F>
+void each_config(F f);  // the target's codecs, in selector order
+
+std::size_t config_count() {
+  std::size_t count = 0;
+  each_config([&](const auto&) { ++count; });
+  return count;
+}
+
+void make_seeds() {
+  std::size_t which = 0;
+  each_config([&](const auto& c) { seed_codec(which++, c); });
+}
+
+void fuzz(bytes_t bytes) {
+  static const std::size_t count = config_count();
+  const auto [which, payload] = pick(bytes, count);
+  std::size_t i = 0;
+  each_config([&, which = which, payload = payload](const auto& c) {
+    if (i++ == which) decode_codec(c, payload);
+  });
+}
+#endif
+
 #if GRADZIP_FUZZ_TARGET == 1
 using topk_coo = gz::codec<gz::sparsify::topk>;
 using topk_bitmap = gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>;
@@ -98,28 +144,17 @@ using sampled = gz::codec<gz::sparsify::sampled_topk, gz::quantize::none, gz::en
 using blockwise = gz::codec<gz::sparsify::blockwise_topk>;
 using hashed = gz::codec<gz::hash::hashed_topk, gz::quantize::none, gz::encode::automatic>;
 
-void make_seeds() {
-  seed_codec(topk_coo{gz::sparsify::topk::ratio(0.05)});
-  seed_codec(topk_bitmap{gz::sparsify::topk::ratio(0.2)});
-  seed_codec(topk_delta{gz::sparsify::topk::ratio(0.05)});
-  seed_codec(topk_auto_u4{gz::sparsify::topk::ratio(0.3)});
-  seed_codec(topk_fp16{gz::sparsify::topk::ratio(0.05)});
-  seed_codec(threshold_bitmap{gz::sparsify::threshold{0.9f}});
-  seed_codec(sampled{gz::sparsify::sampled_topk::ratio(0.05, 0.05, 3)});
-  seed_codec(blockwise{gz::sparsify::blockwise_topk{64, 4}});
-  seed_codec(hashed{gz::hash::hashed_topk::ratio(0.05, 0.2)});
-}
-
-void fuzz(bytes_t bytes) {
-  decode_codec(topk_coo{}, bytes);
-  decode_codec(topk_bitmap{}, bytes);
-  decode_codec(topk_delta{}, bytes);
-  decode_codec(topk_auto_u4{}, bytes);
-  decode_codec(topk_fp16{}, bytes);
-  decode_codec(threshold_bitmap{gz::sparsify::threshold{0.9f}}, bytes);
-  decode_codec(sampled{}, bytes);
-  decode_codec(blockwise{gz::sparsify::blockwise_topk{64, 4}}, bytes);
-  decode_codec(hashed{gz::hash::hashed_topk::ratio(0.05, 0.2)}, bytes);
+template <class F>
+void each_config(F f) {
+  f(topk_coo{gz::sparsify::topk::ratio(0.05)});
+  f(topk_bitmap{gz::sparsify::topk::ratio(0.2)});
+  f(topk_delta{gz::sparsify::topk::ratio(0.05)});
+  f(topk_auto_u4{gz::sparsify::topk::ratio(0.3)});
+  f(topk_fp16{gz::sparsify::topk::ratio(0.05)});
+  f(threshold_bitmap{gz::sparsify::threshold{0.9f}});
+  f(sampled{gz::sparsify::sampled_topk::ratio(0.05, 0.05, 3)});
+  f(blockwise{gz::sparsify::blockwise_topk{64, 4}});
+  f(hashed{gz::hash::hashed_topk::ratio(0.05, 0.2)});
 }
 
 #elif GRADZIP_FUZZ_TARGET == 2
@@ -128,7 +163,7 @@ using dense = gz::codec<gz::sparsify::none, Values, gz::encode::none>;
 using stochastic2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic, 64>;
 
 template <class F>
-void each_dense(F f) {
+void each_config(F f) {
   f(dense<gz::quantize::none>{});
   f(dense<gz::quantize::cast_fp16>{});
   f(dense<gz::quantize::cast_bf16>{});
@@ -146,13 +181,6 @@ void each_dense(F f) {
   f(dense<gz::quantize::natural<9>>{{}, gz::quantize::natural<9>{5}});
 }
 
-void make_seeds() {
-  each_dense([](const auto& c) { seed_codec(c); });
-}
-
-void fuzz(bytes_t bytes) {
-  each_dense([&](const auto& c) { decode_codec(c, bytes); });
-}
 
 #elif GRADZIP_FUZZ_TARGET == 3
 using rk_none = gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>;
@@ -160,52 +188,67 @@ using rk_bf16 = gz::codec<gz::sparsify::randomk, gz::quantize::cast_bf16, gz::en
 using stochastic2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic, 64>;
 using rk_u2 = gz::codec<gz::sparsify::randomk, stochastic2, gz::encode::none>;
 
-void make_seeds() {
-  seed_codec(rk_none{gz::sparsify::randomk::ratio(0.1, 9)});
-  seed_codec(rk_bf16{gz::sparsify::randomk::ratio(0.3, 9)});
-  seed_codec(rk_u2{gz::sparsify::randomk::ratio(0.2, 9), stochastic2{4}});
-}
-
-void fuzz(bytes_t bytes) {
-  decode_codec(rk_none{gz::sparsify::randomk::ratio(0.1, 9)}, bytes);
-  decode_codec(rk_bf16{gz::sparsify::randomk::ratio(0.3, 9)}, bytes);
-  decode_codec(rk_u2{gz::sparsify::randomk::ratio(0.2, 9), stochastic2{4}}, bytes);
+template <class F>
+void each_config(F f) {
+  f(rk_none{gz::sparsify::randomk::ratio(0.1, 9)});
+  f(rk_bf16{gz::sparsify::randomk::ratio(0.3, 9)});
+  f(rk_u2{gz::sparsify::randomk::ratio(0.2, 9), stochastic2{4}});
 }
 
 #elif GRADZIP_FUZZ_TARGET == 4
 const gz::sketch::count_sketch cs{3, 100, 9};
+// A valid sketch of n elements costs a full estimate and top-k over n: sizes up to 1,024 reach
+// every path at a few thousand inputs per second.
+constexpr std::uint64_t sketch_limit = 1024;
+enum entry : std::size_t { estimate, merge, unsketch, restore, step, entry_count };
 
 void make_seeds() {
   gz::host exec(1);
   std::uint32_t salt = 0;
-  for (std::size_t n : {1, 500, 4000}) {
+  for (std::size_t n : {1, 300, 1000}) {
     const auto g = sample_gradient(n, ++salt);
     std::vector<std::byte> table(cs.payload_bytes(n));
     cs.compress(exec, gz::span<const float>(g), gz::span<std::byte>(table));
-    seeds.push_back(table);
+    for (std::size_t which : {estimate, merge, unsketch, step}) push_selected(which, table);
     gz::sketch::fetchsgd fs{cs, n, 1, 0.5f};
     std::vector<std::byte> update(fs.max_update_bytes());
     fs.step(exec, gz::span<const std::byte>(table), gz::span<std::byte>(update), 1.0f, 0.1f);
-    seeds.push_back(fs.save(exec));
+    const auto state = fs.save(exec);
+    push_selected(restore, state);
   }
 }
 
 void fuzz(bytes_t bytes) {
   gz::host exec(1);
-  const std::size_t n = claimed_size(bytes);
-  std::vector<float> estimates(n, 1.0f);
-  attempt([&] { cs.estimate(exec, bytes, gz::span<float>(estimates)); });
-  std::vector<std::byte> into(cs.payload_bytes(n));
-  const std::vector<float> zeros(n);
-  cs.compress(exec, gz::span<const float>(zeros), gz::span<std::byte>(into));
-  attempt([&] { cs.merge(exec, gz::span<std::byte>(into), bytes); });
-  if (n == 0) return;
-  std::vector<std::byte> top(cs.max_unsketch_bytes(n, 1));
-  attempt([&] { cs.unsketch(exec, bytes, n, 1, gz::span<std::byte>(top)); });
-  gz::sketch::fetchsgd fs{cs, n, 1, 0.5f};
-  attempt([&] { fs.restore(exec, bytes); });
-  std::vector<std::byte> update(fs.max_update_bytes());
-  attempt([&] { fs.step(exec, bytes, gz::span<std::byte>(update), 1.0f, 0.1f); });
+  const auto [which, payload] = pick(bytes, entry_count);
+  const std::size_t n = claimed_size(payload, sketch_limit);
+  switch (which) {
+    case estimate: {
+      std::vector<float> estimates(n, 1.0f);
+      attempt([&, payload = payload] { cs.estimate(exec, payload, gz::span<float>(estimates)); });
+      break;
+    }
+    case merge: {
+      std::vector<std::byte> into(cs.payload_bytes(n));
+      const std::vector<float> zeros(n);
+      cs.compress(exec, gz::span<const float>(zeros), gz::span<std::byte>(into));
+      attempt([&, payload = payload] { cs.merge(exec, gz::span<std::byte>(into), payload); });
+      break;
+    }
+    case unsketch: {
+      if (n == 0) return;
+      std::vector<std::byte> top(cs.max_unsketch_bytes(n, 1));
+      attempt([&, payload = payload] { cs.unsketch(exec, payload, n, 1, gz::span<std::byte>(top)); });
+      break;
+    }
+    default: {  // restore, step
+      if (n == 0) return;
+      gz::sketch::fetchsgd fs{cs, n, 1, 0.5f};
+      std::vector<std::byte> update(fs.max_update_bytes());
+      if (which == restore) attempt([&, payload = payload] { fs.restore(exec, payload); });
+      else attempt([&, payload = payload] { fs.step(exec, payload, gz::span<std::byte>(update), 1.0f, 0.1f); });
+    }
+  }
 }
 
 #elif GRADZIP_FUZZ_TARGET == 5

@@ -162,7 +162,8 @@ struct reducer {
 template <class Codec>
 struct codec_reducer final : reducer {
   gz::comm::allreducer<Codec, float, gz::host> all;
-  codec_reducer(gz::host& exec, Codec c, int ranks, bool feedback) : all(exec, c, parameters, ranks, feedback) {}
+  codec_reducer(gz::host& exec, Codec c, int ranks, gz::comm::feedback_mode feedback)
+      : all(exec, c, parameters, ranks, feedback) {}
   std::size_t reduce(gz::comm::communicator& comm, gz::host& exec, std::vector<float>& grad, std::uint32_t step) override {
     all.run(comm, exec, gz::span<float>(grad), {step, 0});
     return all.last_sent_bytes();
@@ -170,8 +171,13 @@ struct codec_reducer final : reducer {
 };
 
 template <class Codec>
-std::unique_ptr<reducer> make(gz::host& exec, Codec c, int ranks, bool feedback) {
+std::unique_ptr<reducer> make(gz::host& exec, Codec c, int ranks, gz::comm::feedback_mode feedback) {
   return std::make_unique<codec_reducer<Codec>>(exec, c, ranks, feedback);
+}
+
+template <class Codec>
+std::unique_ptr<reducer> make(gz::host& exec, Codec c, int ranks, bool error_feedback) {
+  return make(exec, c, ranks, error_feedback ? gz::comm::feedback_mode::error_feedback : gz::comm::feedback_mode::none);
 }
 
 /// FetchSGD: each rank sketches its gradient, the tables are summed in one allreduce, and every
@@ -219,6 +225,8 @@ std::vector<candidate> candidates() {
       {"fp16", "fp16 cast", [](gz::host& e, int r) { return make(e, dense_fp16{}, r, false); }},
       {"topk", "top-k 1 %", [=](gz::host& e, int r) { return make(e, topk{top1}, r, false); }},
       {"topk-ef", "top-k 1 % + error feedback", [=](gz::host& e, int r) { return make(e, topk{top1}, r, true); }},
+      {"topk-ef21", "top-k 1 % + EF21",
+       [=](gz::host& e, int r) { return make(e, topk{top1}, r, gz::comm::feedback_mode::ef21); }},
       {"randomk-ef", "random-k 1 % (shared seed) + error feedback",
        [](gz::host& e, int r) { return make(e, randomk{gz::sparsify::randomk::ratio(0.01, 77, false)}, r, true); }},
       {"qsgd4", "QSGD 4-bit (bucket 128)", [](gz::host& e, int r) { return make(e, qsgd4{{}, gz::quantize::qsgd<7>{99}}, r, false); }},

@@ -18,6 +18,7 @@
 #include "gradzip/encode/coo.hpp"
 #include "gradzip/encode/delta_varint.hpp"
 #include "gradzip/encode/none.hpp"
+#include "gradzip/feedback/ef21.hpp"
 #include "gradzip/feedback/error_feedback.hpp"
 #include "gradzip/feedback/momentum_correction.hpp"
 #include "gradzip/feedback/signum.hpp"

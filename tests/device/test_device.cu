@@ -206,6 +206,33 @@ TEST_CASE("cuda decoding rejects bad payloads and changes nothing", "[gpu]") {
   dev.check();  // the error was cleared
 }
 
+/// Steps a host and a CUDA instance of one stateful wrapper (error feedback, momentum
+/// correction, EF21) on the same gradients: each step's payloads must match byte for byte, and
+/// `after(payload)` checks anything else a step does; then the saved states must match, and the
+/// host's state must restore into a fresh CUDA instance.
+template <class Host, class Device, class Make, class After>
+void expect_wrapper_parity(gz::host& host, gz::cuda& dev, Host& h, Device& d, std::size_t n, std::uint32_t salt,
+                           Make make_device, After after) {
+  std::vector<std::byte> hout(h.template max_compressed_bytes<float>());
+  device_vector<std::byte> dout(hout.size());
+  for (std::uint32_t step = 0; step < 4; ++step) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, salt + step);
+    device_vector<float> dg(g);
+    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
+    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
+    dev.check();
+    INFO("step " << step);
+    REQUIRE(hb == db);
+    CHECK(dout.download(db) == std::vector<std::byte>(hout.begin(), hout.begin() + hb));
+    after(gz::span<const std::byte>(hout.data(), hb));
+  }
+  const auto state = h.save(host);
+  CHECK(d.save(dev) == state);
+  auto restored = make_device(dev);
+  restored.restore(dev, gz::span<const std::byte>(state));
+  CHECK(restored.save(dev) == state);
+}
+
 TEST_CASE("cuda error feedback follows the host's step for step", "[gpu]") {
   REQUIRE_GPU();
   using codec_t = gz::codec<gz::sparsify::topk>;
@@ -215,23 +242,9 @@ TEST_CASE("cuda error feedback follows the host's step for step", "[gpu]") {
   const codec_t c{gz::sparsify::topk::ratio(0.01)};
   gz::feedback::error_feedback<codec_t, float, gz::host> h(host, c, n);
   gz::feedback::error_feedback<codec_t, float, gz::cuda> d(dev, c, n);
-  std::vector<std::byte> hout(h.max_compressed_bytes<float>());
-  device_vector<std::byte> dout(hout.size());
-  for (std::uint32_t step = 0; step < 5; ++step) {
-    const auto g = gradzip_tools::synthetic_gradient<float>(n, 50 + step);
-    device_vector<float> dg(g);
-    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
-    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
-    dev.check();
-    REQUIRE(hb == db);
-    auto got = dout.download();
-    CHECK(std::memcmp(got.data(), hout.data(), hb) == 0);
-  }
-  CHECK(h.save(host) == d.save(dev));
-  gz::feedback::error_feedback<codec_t, float, gz::cuda> restored(dev, c, n);
-  const auto state = h.save(host);
-  restored.restore(dev, gz::span<const std::byte>(state));
-  CHECK(restored.save(dev) == h.save(host));
+  expect_wrapper_parity(
+      host, dev, h, d, n, 50, [&](gz::cuda& e) { return gz::feedback::error_feedback<codec_t, float, gz::cuda>(e, c, n); },
+      [](gz::span<const std::byte>) {});
 }
 
 TEST_CASE("cuda momentum correction follows the host's step for step", "[gpu]") {
@@ -243,19 +256,32 @@ TEST_CASE("cuda momentum correction follows the host's step for step", "[gpu]") 
   const codec_t c{gz::sparsify::topk::ratio(0.01)};
   gz::feedback::momentum_correction<codec_t, float, gz::host> h(host, c, n, 0.9f);
   gz::feedback::momentum_correction<codec_t, float, gz::cuda> d(dev, c, n, 0.9f);
-  std::vector<std::byte> hout(c.max_compressed_bytes<float>(n));
-  device_vector<std::byte> dout(hout.size());
-  for (std::uint32_t step = 0; step < 4; ++step) {
-    const auto g = gradzip_tools::synthetic_gradient<float>(n, 60 + step);
-    device_vector<float> dg(g);
-    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
-    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
-    dev.check();
-    INFO("step " << step);
-    REQUIRE(hb == db);
-    CHECK(dout.download(db) == std::vector<std::byte>(hout.begin(), hout.begin() + hb));
-  }
-  CHECK(h.save(host) == d.save(dev));
+  expect_wrapper_parity(
+      host, dev, h, d, n, 60,
+      [&](gz::cuda& e) { return gz::feedback::momentum_correction<codec_t, float, gz::cuda>(e, c, n, 0.9f); },
+      [](gz::span<const std::byte>) {});
+}
+
+TEST_CASE("cuda EF21 follows the host's step for step", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  const std::size_t n = 40000;
+  gz::cuda dev;
+  gz::host host;
+  const codec_t c{gz::sparsify::topk::ratio(0.01)};
+  gz::feedback::ef21<codec_t, float, gz::host> h(host, c, n);
+  gz::feedback::ef21<codec_t, float, gz::cuda> d(dev, c, n);
+  // Each step's average is that payload's decode, halved: apply adds it to g and hands g back.
+  const auto apply_both = [&](gz::span<const std::byte> payload) {
+    std::vector<float> average(n, 0.0f);
+    c.decompress_add(host, payload, gz::span<float>(average), 0.5f);
+    device_vector<float> daverage(average);
+    h.apply(host, gz::span<float>(average));
+    d.apply(dev, daverage.view());
+    CHECK(daverage.download() == average);
+  };
+  expect_wrapper_parity(
+      host, dev, h, d, n, 80, [&](gz::cuda& e) { return gz::feedback::ef21<codec_t, float, gz::cuda>(e, c, n); }, apply_both);
 }
 
 TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {

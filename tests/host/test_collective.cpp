@@ -199,6 +199,49 @@ TEST_CASE("allreducer keeps an error-feedback residual per tensor", "[collective
   for (const auto& e : errors) CHECK(e.empty());
 }
 
+TEST_CASE("allreducer with EF21 returns EF21's estimate, the same on every rank", "[collective][ef21]") {
+  const int ranks = 3;
+  const std::size_t n = 6000;
+  using topk = codec<sparsify::topk>;
+  const topk c{sparsify::topk::ratio(0.01)};
+  // The reference: every rank's EF21 worker run in one place, averaged in rank order.
+  host exec(1);
+  std::vector<feedback::ef21<topk, float, host>> workers;
+  for (int r = 0; r < ranks; ++r) workers.emplace_back(exec, c, n);
+  std::vector<std::vector<float>> expected;
+  for (std::uint32_t step = 0; step < 4; ++step) {
+    std::vector<float> average(n, 0.0f);
+    for (int r = 0; r < ranks; ++r) {
+      const auto g = gradient_of(r + 10 * static_cast<int>(step), n);
+      std::vector<std::byte> out(workers[r].max_compressed_bytes<float>());
+      out.resize(workers[r].compress(exec, span<const float>(g), span<std::byte>(out), {step, 0}));
+      c.decompress_add(exec, span<const std::byte>(out), span<float>(average), 1.0f / ranks);
+    }
+    for (auto& w : workers) {
+      std::vector<float> a = average;
+      w.apply(exec, span<float>(a));
+      if (&w == &workers[0]) expected.push_back(a);
+    }
+  }
+  std::vector<std::vector<std::byte>> states(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host rank_exec(1);
+    comm::allreducer<topk, float, host> all(rank_exec, c, n, ranks, comm::feedback_mode::ef21);
+    for (std::uint32_t step = 0; step < 4; ++step) {
+      auto g = gradient_of(r + 10 * static_cast<int>(step), n);
+      all.run(comm, rank_exec, span<float>(g), {step, 0});
+      CHECK(g == expected[step]);
+    }
+    states[static_cast<std::size_t>(r)] = all.save(rank_exec);
+  });
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(errors[r].empty());
+    CHECK(states[r] == workers[r].save(exec));  // g_i per rank, and the common g
+  }
+  comm::allreducer<topk, float, host> none(exec, c, n, 1, comm::feedback_mode::none);
+  CHECK_THROWS_WITH(none.save(exec), Catch::Matchers::Contains("allreducer::save: feedback is off"));
+}
+
 TEST_CASE("allreducer names the rank whose payload is bad and applies none of it", "[collective]") {
   const int ranks = 4;
   const std::size_t n = 10000;

@@ -19,8 +19,10 @@
  *   a bad one throws `gradzip::format_error` naming the rank that sent it, and nothing of it is
  *   applied.
  *
- * With error feedback on, the residual of this tensor lives in the allreducer (one per tensor).
- * All buffers are sized at construction: a step allocates nothing.
+ * With feedback on, its state lives in the allreducer (one per tensor): error feedback's residual
+ * (`feedback_mode::error_feedback`), or EF21's g_i and g (`feedback_mode::ef21`: the output is
+ * then EF21's estimate g, see feedback/ef21.hpp). All buffers are sized at construction: a step
+ * allocates nothing.
  *
  * @code
  * gradzip::comm::mpi_communicator comm{MPI_COMM_WORLD};
@@ -43,6 +45,7 @@
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
 #include "gradzip/core/span.hpp"
+#include "gradzip/feedback/ef21.hpp"
 #include "gradzip/feedback/error_feedback.hpp"
 #include "gradzip/wire/reader.hpp"
 
@@ -88,14 +91,21 @@ constexpr std::optional<element_type> summed_type() {
 
 }  // namespace detail
 
+/// What an allreducer keeps between steps for its tensor.
+enum class feedback_mode {
+  none,            ///< nothing: each step's payload is the gradient's
+  error_feedback,  ///< the residual e (feedback::error_feedback): the payload is C(g + e)
+  ef21,            ///< EF21's g_i and g (feedback::ef21): the payload is C(g - g_i), the output g
+};
+
 template <class Codec, class T, class Exec>
 class allreducer {
   static_assert(is_element_v<T>, "allreducer<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
   using ops = gradzip::detail::executor_ops<Exec>;
 
  public:
-  /// For a tensor of n elements over `ranks` ranks; `error_feedback` keeps a residual.
-  allreducer(Exec& exec, Codec codec, std::size_t n, int ranks, bool error_feedback)
+  /// For a tensor of n elements over `ranks` ranks, keeping the state `mode` names.
+  allreducer(Exec& exec, Codec codec, std::size_t n, int ranks, feedback_mode mode)
       : codec_(codec),
         n_(n),
         ranks_(ranks),
@@ -105,9 +115,17 @@ class allreducer {
         sizes_(static_cast<std::size_t>(ranks)),
         peers_(static_cast<std::size_t>(ranks)) {
     GRADZIP_EXPECTS(ranks >= 1, "allreducer: ranks must be >= 1, got ", ranks);
-    if (error_feedback) feedback_ = std::make_unique<feedback::error_feedback<Codec, T, Exec>>(exec, codec, n);
+    if (mode == feedback_mode::error_feedback) {
+      feedback_ = std::make_unique<feedback::error_feedback<Codec, T, Exec>>(exec, codec, n);
+    } else if (mode == feedback_mode::ef21) {
+      ef21_ = std::make_unique<feedback::ef21<Codec, T, Exec>>(exec, codec, n);
+    }
     exec.reserve(codec.template workspace_bytes<T>(exec, n));
   }
+
+  /// Shorthand: `error_feedback` true is feedback_mode::error_feedback, false none.
+  allreducer(Exec& exec, Codec codec, std::size_t n, int ranks, bool error_feedback)
+      : allreducer(exec, codec, n, ranks, error_feedback ? feedback_mode::error_feedback : feedback_mode::none) {}
 
   /// Whether this codec goes through one allreduce of its payload (else a gather).
   static constexpr bool summable_path() { return Codec::summable && detail::summed_type<typename Codec::values_type, T>().has_value(); }
@@ -119,17 +137,24 @@ class allreducer {
   std::size_t last_sent_bytes() const noexcept { return last_bytes_ + (summable_path() ? 0 : 8); }
 
   /// grad (in `exec`'s memory, n elements): in, this rank's gradient; out, the average over
-  /// ranks of the decoded payloads. Collective: every rank calls it with the same codec.
+  /// ranks of the decoded payloads (with EF21, its estimate g: the previous g plus that
+  /// average). Collective: every rank calls it with the same codec and feedback mode.
   /// The gradient's and the communicator's sizes are checked before anything changes. A bad
   /// peer payload or a communication error is found after this rank compressed: its residual
-  /// (with error feedback on) has then taken the step that made the payload it sent.
+  /// (error feedback) or g_i (EF21) has then taken the step that made the payload it sent,
+  /// and EF21's g has not.
   void run(communicator& comm, Exec& exec, span<T> grad, quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == n_, "allreducer: gradient has ", grad.size(), " elements, expected ", n_);
     GRADZIP_EXPECTS(comm.size() == ranks_, "allreducer: communicator has ", comm.size(), " ranks, built for ",
                     ranks_);
     span<std::byte> payload = ops::view(payload_);
-    last_bytes_ = feedback_ ? feedback_->compress(exec, span<const T>(grad), payload, ctx)
-                            : codec_.compress(exec, span<const T>(grad), payload, ctx);
+    if (feedback_) {
+      last_bytes_ = feedback_->compress(exec, span<const T>(grad), payload, ctx);
+    } else if (ef21_) {
+      last_bytes_ = ef21_->compress(exec, span<const T>(grad), payload, ctx);
+    } else {
+      last_bytes_ = codec_.compress(exec, span<const T>(grad), payload, ctx);
+    }
     const float average = 1.0f / static_cast<float>(ranks_);
     // The collectives may run on a stream of their own (NCCL's): after compress, before decode.
     ops::hand_over(exec, comm.cuda_stream());
@@ -166,16 +191,21 @@ class allreducer {
       }
       decode_peers(exec, grad, average);
     }
+    if (ef21_) ef21_->apply(exec, grad);
   }
 
-  /// The error-feedback residual's state, for checkpoints (error feedback must be on).
+  /// The feedback state (error feedback's residual, or EF21's g_i and g), for checkpoints.
   std::vector<std::byte> save(Exec& exec) const {
-    GRADZIP_EXPECTS(feedback_ != nullptr, "allreducer::save: error feedback is off: no state");
-    return feedback_->save(exec);
+    GRADZIP_EXPECTS(feedback_ || ef21_, "allreducer::save: feedback is off: no state");
+    return feedback_ ? feedback_->save(exec) : ef21_->save(exec);
   }
   void restore(Exec& exec, span<const std::byte> bytes) {
-    GRADZIP_EXPECTS(feedback_ != nullptr, "allreducer::restore: error feedback is off: no state");
-    feedback_->restore(exec, bytes);
+    GRADZIP_EXPECTS(feedback_ || ef21_, "allreducer::restore: feedback is off: no state");
+    if (feedback_) {
+      feedback_->restore(exec, bytes);
+    } else {
+      ef21_->restore(exec, bytes);
+    }
   }
 
  private:
@@ -212,6 +242,7 @@ class allreducer {
   std::vector<std::uint64_t> sizes_;
   std::vector<span<const std::byte>> peers_;  // each rank's payload inside gathered_
   std::unique_ptr<feedback::error_feedback<Codec, T, Exec>> feedback_;  // null: no error feedback
+  std::unique_ptr<feedback::ef21<Codec, T, Exec>> ef21_;                // null: no EF21
   std::size_t last_bytes_ = 0;
 };
 

@@ -140,6 +140,18 @@ struct executor_ops<host> {
     for (std::size_t i = 0; i < y.size(); ++i) y[i] = from_double<T>(to_float(y[i]) + to_float(x[i]));
   }
 
+  /// d <- x - y, element by element (in float for half types).
+  template <class T>
+  static void subtract(host&, span<T> d, span<const T> x, span<const T> y) {
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = from_double<T>(to_float(x[i]) - to_float(y[i]));
+  }
+
+  /// s <- s + a; a <- s (a running sum handed back in place: EF21's estimate).
+  template <class T>
+  static void running_sum(host&, span<T> s, span<T> a) {
+    for (std::size_t i = 0; i < s.size(); ++i) a[i] = s[i] = from_double<T>(to_float(s[i]) + to_float(a[i]));
+  }
+
   /// m <- beta m + (1 - beta) g, as fmaf(beta, m, (1 - beta) g) in float (CUDA does the same).
   template <class T>
   static void momentum(host&, span<T> m, span<const T> g, float beta) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gradzip/core/executor.hpp"
@@ -34,6 +35,15 @@ std::vector<std::byte> save_dense_state(Exec& exec, const Buffer& state, std::si
   wire::write_header(base, l, element_traits<T>::type, wire::codec_id{}, n);
   wire::zero_section_padding(base, l);
   gradzip::detail::executor_ops<Exec>::copy_to_host(exec, state, reinterpret_cast<T*>(base + l.at(0).offset));
+  return bytes;
+}
+
+/// Two states back to back, as split_dense_states reads them.
+template <class T, class Exec, class Buffer>
+std::vector<std::byte> save_dense_states(Exec& exec, const Buffer& a, const Buffer& b, std::size_t n) {
+  std::vector<std::byte> bytes = save_dense_state<T>(exec, a, n);
+  const std::vector<std::byte> second = save_dense_state<T>(exec, b, n);
+  bytes.insert(bytes.end(), second.begin(), second.end());
   return bytes;
 }
 
@@ -70,6 +80,23 @@ void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state,
   const auto& values = h.sections[0];  // validated: inside `bytes`, exactly n elements
   if (values.size != 0) std::memcpy(staged.data(), bytes.data() + values.offset, values.size);
   gradzip::detail::executor_ops<Exec>::copy_from_host(exec, staged.data(), state);
+}
+
+/// Two saved states back to back (momentum correction's u and v, EF21's g_i and g): both
+/// validated, and nothing after the second, before the caller restores either.
+template <class T>
+std::pair<span<const std::byte>, span<const std::byte>> split_dense_states(span<const std::byte> bytes, std::size_t n,
+                                                                           const char* what) {
+  const wire::header first = wire::read_header(bytes);
+  const span<const std::byte> a = bytes.subspan(0, first.total_bytes);
+  const span<const std::byte> b = bytes.subspan(first.total_bytes, bytes.size() - first.total_bytes);
+  check_dense_state<T>(a, n, what);
+  const wire::header second = check_dense_state<T>(b, n, what);
+  if (second.total_bytes != b.size()) {
+    wire::throw_if_failed(
+        wire::fail(wire::format_errc::trailing_bytes, b.size() - second.total_bytes, second.total_bytes), what);
+  }
+  return {a, b};
 }
 
 }  // namespace gradzip::feedback::detail

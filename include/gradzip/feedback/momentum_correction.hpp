@@ -81,25 +81,13 @@ class momentum_correction {
 
   /// u then v, each a dense-state payload (codec id 0), for checkpoints. Synchronous.
   std::vector<std::byte> save(Exec& exec) const {
-    std::vector<std::byte> bytes = detail::save_dense_state<T>(exec, velocity_, size_);
-    const std::vector<std::byte> v = detail::save_dense_state<T>(exec, accumulated_, size_);
-    bytes.insert(bytes.end(), v.begin(), v.end());
-    return bytes;
+    return detail::save_dense_states<T>(exec, velocity_, accumulated_, size_);
   }
 
   /// Restores u and v saved by `save`; both are validated before either changes. Synchronous.
   void restore(Exec& exec, span<const std::byte> bytes) {
     constexpr const char* what = "momentum_correction::restore";
-    const wire::header first = wire::read_header(bytes);
-    const span<const std::byte> u_bytes = bytes.subspan(0, first.total_bytes);
-    const span<const std::byte> v_bytes = bytes.subspan(first.total_bytes, bytes.size() - first.total_bytes);
-    detail::check_dense_state<T>(u_bytes, size_, what);
-    const wire::header second = detail::check_dense_state<T>(v_bytes, size_, what);
-    if (second.total_bytes != v_bytes.size()) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::trailing_bytes, v_bytes.size() - second.total_bytes,
-                                       second.total_bytes),
-                            what);
-    }
+    const auto [u_bytes, v_bytes] = detail::split_dense_states<T>(bytes, size_, what);
     detail::restore_dense_state<T>(exec, u_bytes, velocity_, size_, what);
     detail::restore_dense_state<T>(exec, v_bytes, accumulated_, size_, what);
   }

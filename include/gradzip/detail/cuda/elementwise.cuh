@@ -18,6 +18,26 @@ void add_kernel(T* y, const T* x, std::uint64_t n) {
 
 template <class T>
 __global__ __launch_bounds__(block_threads)
+void subtract_kernel(T* d, const T* x, const T* y, std::uint64_t n) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    d[i] = from_double<T>(to_float(x[i]) - to_float(y[i]));
+  }
+}
+
+template <class T>
+__global__ __launch_bounds__(block_threads)
+void running_sum_kernel(T* s, T* a, std::uint64_t n) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    a[i] = s[i] = from_double<T>(to_float(s[i]) + to_float(a[i]));
+  }
+}
+
+template <class T>
+__global__ __launch_bounds__(block_threads)
 void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -82,6 +102,19 @@ struct executor_ops<cuda> {
   static void add(cuda& exec, span<T> y, span<const T> x) {
     if (y.empty()) return;
     launch(add_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), x.data(), y.size());
+  }
+
+  template <class T>
+  static void subtract(cuda& exec, span<T> d, span<const T> x, span<const T> y) {
+    if (d.empty()) return;
+    launch(subtract_kernel<T>, grid_for(exec, d.size()), block_threads, 0, exec.stream(), d.data(), x.data(), y.data(),
+           d.size());
+  }
+
+  template <class T>
+  static void running_sum(cuda& exec, span<T> s, span<T> a) {
+    if (s.empty()) return;
+    launch(running_sum_kernel<T>, grid_for(exec, s.size()), block_threads, 0, exec.stream(), s.data(), a.data(), s.size());
   }
 
   template <class T>

@@ -52,6 +52,7 @@
 #include "gradzip/hash/hashed_topk.hpp"
 #include "gradzip/sparsify/threshold.hpp"
 #include "gradzip/sparsify/topk.hpp"
+#include "gradzip/stage.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
 
@@ -177,16 +178,23 @@ template <class Exec>
 struct values_backend;
 
 /// Writes each chosen element straight into the payload: its index through the indices stage
-/// (when there is one), its value through the values stage.
+/// (when there is one), its value through the values stage. A stochastic element-wise stage
+/// gets the element's random word, keyed by its seed, `ctx` and the element's tensor index.
 template <class T, class Values, class Indices>
 struct payload_sink {
   std::uint8_t* indices;
   int index_width;
   std::uint8_t* values;
+  Values values_stage;
+  quantize::compress_context ctx;
 
   GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
     if constexpr (Indices::id != 0) Indices::store(indices, index_width, pos, index);
-    Values::store(values, pos, value);
+    if constexpr (stage::is_stochastic<Values>) {
+      values_stage.store(values, pos, value, quantize::element_random(values_stage, index, ctx));
+    } else {
+      Values::store(values, pos, value);
+    }
   }
 };
 
@@ -194,6 +202,24 @@ struct payload_sink {
 /// the host below and for CUDA in gradzip/core/cuda.cuh.
 template <class Exec, class Structure>
 struct structure_backend;
+
+/// A structure stage written outside the library runs on the host through its own members
+/// (gradzip/stage.hpp, docs/extending.md): `select(x, k, sink)`, and `count(x)` when its count
+/// depends on the data. The built-in stages have backends of their own (below, and in
+/// detail/host/), which take precedence.
+template <class Structure>
+struct structure_backend<host, Structure> {
+  template <class T>
+  static std::size_t workspace_bytes(host&, std::size_t) { return 0; }
+  template <class T>
+  static std::uint64_t count(host&, const Structure& s, span<const T> x) {
+    return s.count(x);
+  }
+  template <class T, class Sink>
+  static void select(host&, const Structure& s, span<const T> x, std::uint64_t k, const Sink& sink) {
+    s.select(x, k, sink);
+  }
+};
 
 template <>
 struct structure_backend<host, sparsify::none> {
@@ -278,9 +304,9 @@ struct index_encoder;
 
 template <class Structure, class Values = quantize::none, class Indices = encode::coo>
 class codec {
-  static_assert(std::is_trivially_copyable_v<Structure> && std::is_trivially_copyable_v<Values> &&
-                    std::is_trivially_copyable_v<Indices>,
-                "codec: stage policies must be trivially copyable value types");
+  // Each stage's interface (gradzip/stage.hpp), checked first so a missing member is named.
+  static_assert(stage::check_structure<Structure>() && stage::check_values<Values>() &&
+                stage::check_indices<Indices>());
   static_assert(!Structure::explicit_indices || Indices::id != 0,
                 "codec: the structure stage sends explicit indices, so the indices stage must "
                 "encode them (e.g. encode::coo)");
@@ -323,6 +349,7 @@ class codec {
       : structure_(s), values_(v), indices_(i) {}
 
   const Structure& structure() const noexcept { return structure_; }
+  const Values& values() const noexcept { return values_; }
 
   /// The payload layout for n elements of type `type` with k selected, its indices section
   /// (if any) the largest the indices stage writes (exact but for delta-varint and automatic).
@@ -551,10 +578,10 @@ class codec {
                                                    base + l.at(1).offset, values,
                                                    detail::implicit_index<Structure>{sp, n, k}, ctx);
     } else if constexpr (implicit_indices) {
-      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
+      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values, values_, ctx};
       detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, sink);
     } else if constexpr (!bucketed) {
-      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values};
+      const detail::payload_sink<T, Values, Indices> sink{indices, index_width(n), values, values_, ctx};
       structure_run::select(exec, structure_, input, k, sink);
     } else if constexpr (!has_indices) {  // dense: buckets straight from the input
       detail::values_backend<Exec>::encode_buckets(exec, values_, input.data(), k,
@@ -762,7 +789,7 @@ class codec {
                             detail::split_sink<T, encode::coo>{idx, 8, reinterpret_cast<float*>(staged_values)});
     } else {
       structure_run::select(exec, structure_, input, k,
-                            detail::payload_sink<T, Values, encode::coo>{idx, 8, staged_values});
+                            detail::payload_sink<T, Values, encode::coo>{idx, 8, staged_values, values_, ctx});
     }
     const auto* sorted = reinterpret_cast<const std::uint64_t*>(idx);
     detail::frame_params fp;

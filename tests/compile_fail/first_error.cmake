@@ -1,9 +1,9 @@
-# Compiles SOURCE with -DELEMENT=...; passes when compilation fails and its first "error:" line
-# contains EXPECT.
-execute_process(COMMAND ${CXX} -std=c++17 -fsyntax-only -DELEMENT=${ELEMENT} -I${INCLUDE} ${SOURCE}
+# Compiles SOURCE with -D${DEFINE} (e.g. ELEMENT=int, CASE=2); passes when compilation fails and
+# its first "error:" line contains EXPECT.
+execute_process(COMMAND ${CXX} -std=c++17 -fsyntax-only -D${DEFINE} -I${INCLUDE} ${SOURCE}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc EQUAL 0)
-  message(FATAL_ERROR "compiled, but ELEMENT=${ELEMENT} must be refused")
+  message(FATAL_ERROR "compiled, but ${DEFINE} must be refused")
 endif()
 string(REGEX MATCH "error: [^\n]*" first "${out}")
 string(FIND "${first}" "${EXPECT}" at)

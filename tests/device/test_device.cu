@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "../../examples/log_scale4.hpp"
+#include "../../examples/stochastic_bf16.hpp"
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/gradzip.cuh"
@@ -448,6 +450,39 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
     CHECK(std::memcmp(got.data(), expected.data(), expected.size()) == 0);
     // And the device decodes what the host encoded, to the same floats.
     check_decode_parity(stochastic, expected, n, dev);
+  }
+}
+
+TEST_CASE("cuda runs values stages written outside the library to the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using log4 = example::log_scale4;
+  using sbf16 = example::stochastic_bf16;
+  const gz::codec<gz::sparsify::none, log4, gz::encode::none> dense_log4;
+  const gz::codec<gz::sparsify::topk, log4> topk_log4{gz::sparsify::topk::ratio(0.05)};
+  const gz::codec<gz::sparsify::none, sbf16, gz::encode::none> dense_sbf16{{}, sbf16{3}};
+  const gz::codec<gz::sparsify::topk, sbf16> topk_sbf16{gz::sparsify::topk::ratio(0.05), sbf16{3}};
+  for (std::size_t n : {std::size_t{1}, std::size_t{300}, std::size_t{70001}}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 44);
+    if (n > 200) g[200] = std::numeric_limits<float>::quiet_NaN();
+    check_parity(g, dense_log4, dev);
+    check_parity(g, topk_log4, dev);
+    check_decode_parity(dense_log4, test::compress(dense_log4, host, g), n, dev);
+    // A stochastic element-wise stage: each element's word keyed by (seed, step, tensor, index).
+    for (const gz::quantize::compress_context ctx : {gz::quantize::compress_context{0, 0}, {9, 2}}) {
+      for (const bool sparse : {false, true}) {
+        const auto expected = sparse ? test::compress(topk_sbf16, host, g, ctx) : test::compress(dense_sbf16, host, g, ctx);
+        device_vector<float> dx(g);
+        device_vector<std::byte> out(expected.size());
+        const std::size_t bytes = sparse ? topk_sbf16.compress(dev, gz::span<const float>(dx.data, n), out.view(), ctx)
+                                         : dense_sbf16.compress(dev, gz::span<const float>(dx.data, n), out.view(), ctx);
+        dev.synchronize();
+        INFO("n = " << n << ", step " << ctx.step << (sparse ? ", top-k" : ", dense"));
+        REQUIRE(bytes == expected.size());
+        CHECK(out.download(bytes) == expected);
+      }
+    }
   }
 }
 

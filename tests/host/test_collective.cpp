@@ -12,6 +12,7 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/comm/collective.hpp"
+#include "../../examples/stochastic_bf16.hpp"
 
 using namespace gradzip;
 
@@ -47,18 +48,36 @@ class thread_communicator final : public comm::communicator {
   int size() const override { return s_.ranks; }
 
   void allreduce_sum(void* data, std::size_t count, element_type type) override {
-    REQUIRE(type == element_type::f32);
-    publish(data, count * 4);
+    REQUIRE((type == element_type::f32 || type == element_type::bf16));
+    const std::size_t width = type == element_type::f32 ? 4 : 2;
+    publish(data, count * width);
     std::vector<float> sum(count, 0.0f);
-    for (const auto& slot : s_.slots) {  // rank order: every rank gets the same bits
-      for (std::size_t i = 0; i < count; ++i) {
-        float v;
-        std::memcpy(&v, slot.data() + 4 * i, 4);
-        sum[i] += v;
-      }
+    for (const auto& slot : s_.slots) {  // rank order, in float: every rank gets the same bits
+      for (std::size_t i = 0; i < count; ++i) sum[i] += load(slot.data(), type, i);
     }
     s_.barrier();
-    std::memcpy(data, sum.data(), count * 4);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (type == element_type::f32) {
+        std::memcpy(static_cast<std::byte*>(data) + 4 * i, &sum[i], 4);
+      } else {  // rounded to bf16 as the MPI adapter's custom sum does
+        const std::uint16_t b = quantize::float_to_bf16_bits(sum[i]);
+        std::memcpy(static_cast<std::byte*>(data) + 2 * i, &b, 2);
+      }
+    }
+  }
+
+  static float load(const std::byte* p, element_type type, std::size_t i) {
+    if (type == element_type::f32) {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    std::uint16_t b;
+    std::memcpy(&b, p + 2 * i, 2);
+    const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
   }
 
   void allgather_sizes(std::uint64_t mine, span<std::uint64_t> sizes) override {
@@ -175,6 +194,36 @@ TEST_CASE("allreducer sums summable payloads with one allreduce", "[collective]"
     REQUIRE(errors[r].empty());
     for (std::size_t i = 0; i < n; ++i) REQUIRE(got[r][i] == Approx(expected[i]).margin(1e-6));
   }
+}
+
+TEST_CASE("allreducer sums a user stage that declares summed_as with one allreduce", "[collective][extending]") {
+  const int ranks = 3;
+  const std::size_t n = 4000;
+  using c_t = codec<sparsify::none, example::stochastic_bf16, encode::none>;
+  const c_t c{{}, example::stochastic_bf16{5}};
+  static_assert(comm::allreducer<c_t, float, host>::summable_path());
+  // The reference: every rank's payload, its values sections summed as bf16 would be by the
+  // communicator (in float, in rank order, then rounded to bf16), decoded once, averaged.
+  std::vector<std::vector<float>> got(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<c_t, float, host> all(exec, c, n, ranks, false);
+    auto g = gradient_of(r, n);
+    all.run(comm, exec, span<float>(g), {2, 0});
+    got[static_cast<std::size_t>(r)] = g;
+    CHECK(all.last_sent_bytes() == all.last_payload_bytes());  // no size exchange: one allreduce
+  });
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(errors[r].empty());
+    CHECK(got[r] == got[0]);  // every rank decodes the same sum
+  }
+  // Within bf16 rounding of the true average (each payload within one bf16 step of its input).
+  std::vector<float> truth(n, 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const auto g = gradient_of(r, n);
+    for (std::size_t i = 0; i < n; ++i) truth[i] += g[i] / ranks;
+  }
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(std::abs(got[0][i] - truth[i]) <= 0.02f * (1e-3f + std::abs(truth[i])) * ranks);
 }
 
 TEST_CASE("allreducer keeps an error-feedback residual per tensor", "[collective]") {

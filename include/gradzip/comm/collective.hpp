@@ -12,8 +12,9 @@
  * `allreducer<Codec, T, Exec>` averages one tensor over all ranks through a codec:
  *
  * - summable codecs (`codec::summable`: dense fp32, fp16 and bf16 casts, random-k with a shared
- *   seed) compress, sum the payload's values section with one `allreduce_sum` (every rank's
- *   frame is the same), and decode once;
+ *   seed, and any stage that declares `summed_as`, see gradzip/stage.hpp) compress, sum the
+ *   payload's values section with one `allreduce_sum` (every rank's frame is the same), and
+ *   decode once;
  * - all others compress, allgather the payload sizes, allgather-v the payloads, and decode each
  *   peer's payload into the output (scaled by 1 / ranks). Every received payload is validated;
  *   a bad one throws `gradzip::format_error` naming the rank that sent it, and nothing of it is
@@ -72,24 +73,6 @@ class communicator {
   virtual void* cuda_stream() const noexcept { return nullptr; }
 };
 
-namespace detail {
-
-/// The element type a summable codec's values section holds for input T, if the communicator
-/// can sum it (f32, f64, f16, bf16); empty otherwise (fp8 casts: summed through the gather).
-template <class Values, class T>
-constexpr std::optional<element_type> summed_type() {
-  if constexpr (std::is_same_v<Values, quantize::none>) {
-    return element_traits<T>::type;
-  } else if constexpr (std::is_same_v<Values, quantize::cast_fp16>) {
-    return element_type::f16;
-  } else if constexpr (std::is_same_v<Values, quantize::cast_bf16>) {
-    return element_type::bf16;
-  } else {
-    return std::nullopt;
-  }
-}
-
-}  // namespace detail
 
 /// What an allreducer keeps between steps for its tensor.
 enum class feedback_mode {
@@ -128,7 +111,10 @@ class allreducer {
       : allreducer(exec, codec, n, ranks, error_feedback ? feedback_mode::error_feedback : feedback_mode::none) {}
 
   /// Whether this codec goes through one allreduce of its payload (else a gather).
-  static constexpr bool summable_path() { return Codec::summable && detail::summed_type<typename Codec::values_type, T>().has_value(); }
+  /// (The values stage declares what its section sums as: stage::summed_as, gradzip/stage.hpp.)
+  static constexpr bool summable_path() {
+    return Codec::summable && stage::summed_as<typename Codec::values_type>(element_traits<T>::type).has_value();
+  }
 
   /// Payload bytes this rank sent in the last `run`.
   std::size_t last_payload_bytes() const noexcept { return last_bytes_; }
@@ -162,7 +148,7 @@ class allreducer {
       // Every rank's frame is the same (same codec, n and count): sum the values section only.
       const wire::payload_layout l = Codec::layout(element_traits<T>::type, n_, codec_.structure().selected_count(n_));
       const auto& values = l.at(Codec::section_count - 1);
-      const element_type type = *detail::summed_type<typename Codec::values_type, T>();
+      const element_type type = *stage::summed_as<typename Codec::values_type>(element_traits<T>::type);
       comm.allreduce_sum(payload.data() + values.offset, values.size / element_size(type), type);
       ops::take_back(exec, comm.cuda_stream());
       gradzip::detail::payload_backend<Exec>::decode(exec, codec_, span<const std::byte>(payload.data(), last_bytes_),

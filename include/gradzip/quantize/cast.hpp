@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "gradzip/detail/values.hpp"
 #include "gradzip/quantize/float_formats.hpp"
@@ -63,6 +64,16 @@ struct cast {
   }
 
   GRADZIP_HOST_DEVICE static constexpr std::uint64_t value_size(element_type) { return is_fp8 ? 1 : 2; }
+
+  /// fp16 and bf16 values sections are arrays a communicator can sum; fp8 ones are not (they
+  /// are summed through the gather path).
+  static constexpr std::optional<element_type> summed_as(element_type) {
+    if constexpr (is_fp8) {
+      return std::nullopt;
+    } else {
+      return static_cast<element_type>(Format);
+    }
+  }
 
   template <class T>
   GRADZIP_HOST_DEVICE static void store(std::uint8_t* section, std::uint64_t pos, T value) {

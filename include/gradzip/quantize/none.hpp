@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "gradzip/detail/values.hpp"
 #include "gradzip/wire/format.hpp"
@@ -23,6 +24,9 @@ struct none {
 
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t*) {}
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t*, std::uint64_t) { return {}; }
+
+  /// Summing payloads sums their values sections as arrays of the input's type.
+  static constexpr std::optional<element_type> summed_as(element_type input) { return input; }
 
   /// Bytes of the values section for `count` values of a tensor of element type `type`.
   GRADZIP_HOST_DEVICE static std::uint64_t value_size(element_type type) { return element_size(type); }

@@ -36,10 +36,11 @@ struct deferred_sink {
 /// Lays out the payload for the device's count. A count above `bound` (non-finite values are
 /// always kept, so sampled top-k can exceed its 1.2 k) writes nothing: the failure goes to the
 /// status word, the size is 0, and the selection emits nothing.
+/// `sink` arrives with its values stage and context set; the kernel points it into the payload.
 template <class Codec, class Sink>
 __global__ __launch_bounds__(1)
 void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n, const std::uint64_t* count,
-                           std::uint64_t bound, deferred_target<Sink>* target, std::uint64_t* size,
+                           std::uint64_t bound, Sink sink, deferred_target<Sink>* target, std::uint64_t* size,
                            wire::status* st) {
   const std::uint64_t k = *count;
   if (k > bound) {
@@ -50,8 +51,10 @@ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n
   }
   const wire::payload_layout l = Codec::layout(type, n, k);
   Codec::write_frame(out, l, type, n, k, frame_params{});
-  target->sink = Sink{Codec::has_indices ? out + l.at(1).offset : nullptr, Codec::index_width(n),
-                      out + l.at(Codec::section_count - 1).offset};
+  sink.indices = Codec::has_indices ? out + l.at(1).offset : nullptr;
+  sink.index_width = Codec::index_width(n);
+  sink.values = out + l.at(Codec::section_count - 1).offset;
+  target->sink = sink;
   target->emit = true;
   *size = l.total_bytes();
 }
@@ -82,7 +85,8 @@ struct async_compress_backend<cuda> {
       auto* target = reinterpret_cast<target_type*>(exec.scratch(at + sizeof(target_type)) + at);
       launch(deferred_frame_kernel<Codec, sink_type>, 1, 1, 0, exec.stream(),
              reinterpret_cast<std::uint8_t*>(out.data()), element_traits<T>::type, n, k,
-             c.structure().selected_count(n), target, size, exec.status_word());
+             c.structure().selected_count(n), sink_type{nullptr, 0, nullptr, c.values(), ctx}, target, size,
+             exec.status_word());
       c.select_into(exec, input, deferred_sink<sink_type>{target});
     }
   }

@@ -1,0 +1,112 @@
+// Stages written outside the library (examples/, docs/extending.md) through codec<...>: what each
+// promises, on the host. tests/device/test_device.cu checks the CUDA executor's bytes for the
+// values stages.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "../../examples/gaussian_k.hpp"
+#include "../../examples/log_scale4.hpp"
+#include "../../examples/stochastic_bf16.hpp"
+#include "common/helpers.hpp"
+#include "common/synthetic_gradient.hpp"
+
+using namespace gradzip;
+
+namespace {
+template <class Codec>
+std::vector<float> round_trip(const Codec& c, host& exec, const std::vector<float>& x, quantize::compress_context ctx = {}) {
+  const auto payload = test::compress(c, exec, x, ctx);
+  std::vector<float> out(x.size());
+  c.decompress(exec, span<const std::byte>(payload), span<float>(out));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a user's log-scale values stage keeps its bound and poisons non-finite buckets", "[extending]") {
+  host exec;
+  const codec<sparsify::none, example::log_scale4, encode::none> c;
+  auto x = gradzip_tools::synthetic_gradient<float>(1000, 3);
+  x[300] = NAN;
+  const auto y = round_trip(c, exec, x);
+  for (std::size_t b = 0; b < x.size(); b += 128) {
+    const std::size_t end = std::min(x.size(), b + 128);
+    float s = 0.0f;
+    for (std::size_t i = b; i < end; ++i) s = std::fmax(s, std::fabs(x[i]));
+    for (std::size_t i = b; i < end; ++i) {
+      INFO("element " << i);
+      if (b <= 300 && 300 < end) {
+        REQUIRE(std::isnan(y[i]));  // the bucket with the NaN is poisoned, not silently wrong
+      } else if (std::fabs(x[i]) >= std::ldexp(s, -6)) {
+        REQUIRE(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) / 3.0f);
+      } else {
+        REQUIRE(std::fabs(y[i] - x[i]) <= std::ldexp(s, -7));
+      }
+    }
+  }
+  // Its parameters are checked like a built-in stage's: a changed format byte is refused.
+  auto payload = test::compress(c, exec, x);
+  const auto h = wire::read_header(span<const std::byte>(payload));
+  payload[h.sections[0].offset + 8] = std::byte{2};  // the format byte, after the u64 count
+  std::vector<float> out(x.size(), 5.0f);
+  CHECK_THROWS_AS(c.decompress(exec, span<const std::byte>(payload), span<float>(out)), format_error);
+  CHECK(out == std::vector<float>(x.size(), 5.0f));
+}
+
+TEST_CASE("a user's Gaussian-k structure stage keeps exactly |x| >= tau, NaN included", "[extending]") {
+  host exec;
+  const example::gaussian_k gk{1.5f};
+  auto x = gradzip_tools::synthetic_gradient<float>(20000, 8);
+  x[123] = NAN;
+  const float tau = gk.tau(span<const float>(x));
+  const codec<example::gaussian_k, quantize::none, encode::automatic> c{gk};
+  const auto y = round_trip(c, exec, x);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("element " << i);
+    if (std::isnan(x[i])) {
+      REQUIRE(std::isnan(y[i]));
+    } else {
+      REQUIRE(y[i] == (std::fabs(x[i]) >= tau ? x[i] : 0.0f));
+    }
+    kept += std::fabs(x[i]) >= tau || std::isnan(x[i]) ? 1 : 0;
+  }
+  const auto payload = test::compress(c, exec, x);
+  const auto h = wire::read_header(span<const std::byte>(payload));
+  std::uint64_t count = 0;
+  std::memcpy(&count, payload.data() + h.sections[0].offset, 8);
+  CHECK(count == kept);
+  CHECK(h.codec.structure == stage::first_user_id);
+}
+
+TEST_CASE("a user's stochastic element-wise stage is unbiased and keyed by seed and context", "[extending]") {
+  host exec;
+  const codec<sparsify::none, example::stochastic_bf16, encode::none> c{{}, example::stochastic_bf16{11}};
+  const std::size_t n = 64;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = 1.0f + static_cast<float>(i) / 97.0f;  // between bf16 values
+  // The same key gives the same bytes; another step, other bytes.
+  CHECK(test::compress(c, exec, x, {4, 1}) == test::compress(c, exec, x, {4, 1}));
+  CHECK(test::compress(c, exec, x, {4, 1}) != test::compress(c, exec, x, {5, 1}));
+  // Unbiased: over S steps each element's mean is within 5 standard deviations of x. One bf16
+  // step here is 2^-7 (values in [1, 2)), so a rounding's deviation is at most 2^-8.
+  const int steps = 4000;
+  std::vector<double> mean(n, 0.0);
+  for (int s = 0; s < steps; ++s) {
+    const auto y = round_trip(c, exec, x, {static_cast<std::uint64_t>(s), 0});
+    for (std::size_t i = 0; i < n; ++i) {
+      REQUIRE((y[i] == std::floor(x[i] * 128.0f) / 128.0f || y[i] == std::ceil(x[i] * 128.0f) / 128.0f));
+      mean[i] += y[i] / steps;
+    }
+  }
+  const double bound = 5.0 * std::ldexp(1.0, -8) / std::sqrt(static_cast<double>(steps));
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(std::abs(mean[i] - x[i]) <= bound);
+  // Infinities and NaN are kept, never rounded into something else.
+  const std::vector<float> special{INFINITY, -INFINITY, NAN, 3.3895314e38f};
+  const auto y = round_trip(c, exec, special);
+  CHECK(y[0] == INFINITY);
+  CHECK(y[1] == -INFINITY);
+  CHECK(std::isnan(y[2]));
+  CHECK(std::isfinite(y[3]));  // the largest finite bf16 region does not round to infinity
+  static_assert(stage::summed_as<example::stochastic_bf16>(element_type::f32) == element_type::bf16);
+}

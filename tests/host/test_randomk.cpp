@@ -163,10 +163,10 @@ TEST_CASE("random-k composes with bucketed quantizers: buckets over the k kept v
   CHECK(added == expected);
   // The per-element reading the CUDA decoder uses (index_at, value_at) agrees element by element.
   detail::payload_view v;
-  REQUIRE(rk_u4::parse(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size(), v).ok());
+  REQUIRE(detail::frame<rk_u4>::parse(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size(), v).ok());
   for (std::uint64_t j = 0; j < k; ++j) {
-    REQUIRE(rk_u4::index_at(v, j) == idx[j]);
-    REQUIRE(static_cast<float>(0.0f + rk_u4::value_at(v, element_type::f32, j)) == expected[idx[j]]);
+    REQUIRE(detail::frame<rk_u4>::index_at(v, j) == idx[j]);
+    REQUIRE(static_cast<float>(0.0f + detail::frame<rk_u4>::value_at(v, element_type::f32, j)) == expected[idx[j]]);
   }
   // A stochastic bucketed stage draws from (seed, step, tensor index): same key, same bytes.
   using rk_q = codec<sparsify::randomk, quantize::qsgd<7>, encode::none>;

@@ -50,9 +50,9 @@ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n
     return;
   }
   const wire::payload_layout l = Codec::layout(type, n, k);
-  Codec::write_frame(out, l, type, n, k, frame_params{});
+  frame<Codec>::write_frame(out, l, type, n, k, frame_params{});
   sink.indices = Codec::has_indices ? out + l.at(1).offset : nullptr;
-  sink.index_width = Codec::index_width(n);
+  sink.index_width = frame<Codec>::index_width(n);
   sink.values = out + l.at(Codec::section_count - 1).offset;
   target->sink = sink;
   target->emit = true;
@@ -81,13 +81,13 @@ struct async_compress_backend<cuda> {
       // The target lives after the structure's scratch; reserve both first (growth discards).
       const std::size_t at = scratch_aligned(c.template workspace_bytes<T>(exec, n));
       exec.scratch(at + sizeof(target_type));
-      const std::uint64_t* k = c.count_on_device(exec, input);
+      const std::uint64_t* k = compressor<Codec>::count_on_device(c, exec, input);
       auto* target = reinterpret_cast<target_type*>(exec.scratch(at + sizeof(target_type)) + at);
       launch(deferred_frame_kernel<Codec, sink_type>, 1, 1, 0, exec.stream(),
              reinterpret_cast<std::uint8_t*>(out.data()), element_traits<T>::type, n, k,
              c.structure().selected_count(n), sink_type{nullptr, 0, nullptr, c.values(), ctx}, target, size,
              exec.status_word());
-      c.select_into(exec, input, deferred_sink<sink_type>{target});
+      compressor<Codec>::select_into(c, exec, input, deferred_sink<sink_type>{target});
     }
   }
 };

@@ -17,7 +17,7 @@ template <class Codec>
 __global__ __launch_bounds__(1)
 void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
                         std::uint64_t n, std::uint64_t k, frame_params sp) {
-  Codec::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
+  frame<Codec>::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
 }
 
 /// Records the first failure: only the thread that claims the empty word writes the numbers. For
@@ -72,7 +72,7 @@ __device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, st
                                payload_view& v, wire::status* st, bool report) {
   return check_in_block(
       [&] {
-        wire::status s = Codec::parse(bytes, size, v);
+        wire::status s = frame<Codec>::parse(bytes, size, v);
         if (s.ok() && v.header.element_count != out_size) {
           s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
         }
@@ -97,7 +97,7 @@ void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
-    if (!Codec::check_index(v, j).ok()) note_failure(pending, j);
+    if (!frame<Codec>::check_index(v, j).ok()) note_failure(pending, j);
   }
 }
 
@@ -108,8 +108,8 @@ struct element_recheck {
   std::uint64_t size;
   __device__ wire::status operator()(std::uint64_t j) const {
     payload_view v;
-    Codec::parse(bytes, size, v);  // it passed in validate_kernel
-    return Codec::check_index(v, j);
+    frame<Codec>::parse(bytes, size, v);  // it passed in validate_kernel
+    return frame<Codec>::check_index(v, j);
   }
 };
 
@@ -136,7 +136,7 @@ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        j < v.count; j += stride) {
     // Indices are strictly increasing (validated), so no two threads touch one element.
-    accumulate(out[Codec::index_at(v, j)], Codec::value_at(v, v.header.type, j), alpha);
+    accumulate(out[frame<Codec>::index_at(v, j)], frame<Codec>::value_at(v, v.header.type, j), alpha);
   }
 }
 
@@ -183,7 +183,7 @@ void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, 
   for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
        w += stride) {
     encode::bitmap::for_each_index(v.indices, w, w + 1, first[w], [&](std::uint64_t j, std::uint64_t i) {
-      accumulate(out[i], Codec::value_at(v, v.header.type, j), alpha);
+      accumulate(out[i], frame<Codec>::value_at(v, v.header.type, j), alpha);
     });
   }
 }
@@ -216,7 +216,7 @@ struct chunk_recheck {
   std::uint64_t size, out_size;
   __device__ wire::status operator()(std::uint64_t c) const {
     payload_view v;
-    Codec::parse(bytes, size, v);
+    frame<Codec>::parse(bytes, size, v);
     return check_chunk(v, out_size, c);
   }
 };
@@ -235,7 +235,7 @@ void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, s
        c += stride) {
     encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size, v.index_width, c,
                                        [&](std::uint64_t j, std::uint64_t i) {
-      accumulate(out[i], Codec::value_at(v, v.header.type, j), alpha);
+      accumulate(out[i], frame<Codec>::value_at(v, v.header.type, j), alpha);
     });
   }
 }

@@ -7,6 +7,7 @@
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/sparsify/blockwise_topk.hpp"
 

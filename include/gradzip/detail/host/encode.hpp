@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/encode/automatic.hpp"
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/hash/hashed_topk.hpp"

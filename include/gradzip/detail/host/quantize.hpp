@@ -21,6 +21,7 @@
 #endif
 
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/detail/values.hpp"
 #include "gradzip/quantize/bucket_stats.hpp"

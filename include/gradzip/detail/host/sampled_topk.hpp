@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/threshold.hpp"
 #include "gradzip/sparsify/sampled_topk.hpp"
 

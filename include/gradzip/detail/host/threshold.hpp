@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/sparsify/threshold.hpp"

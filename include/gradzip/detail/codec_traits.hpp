@@ -1,0 +1,194 @@
+// The pieces codec<Structure, Values, Indices> is built from, apart from its stages: what a
+// parsed payload holds (payload_view), the traits the codec reads off its stages, the sinks a
+// selection writes through, and the executor backends' declarations (specialized in
+// detail/host/ and detail/cuda/).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/core/executor.hpp"
+#include "gradzip/core/span.hpp"
+#include "gradzip/quantize/bucket_stats.hpp"
+#include "gradzip/stage.hpp"
+#include "gradzip/wire/format.hpp"
+
+namespace gradzip::detail {
+
+/// What a validated payload holds: its count and where its indices (if any) and values are.
+struct payload_view {
+  wire::header header;
+  std::uint64_t count = 0;  // elements sent: k for a sparsifier, n for a dense structure
+  int index_width = 0;      // COO's index width or delta-varint's gap width (encode::width_of)
+  std::uint8_t index_encoding = 0;  // concrete encoding: encode::coo/bitmap/delta_varint::id, 0 for none
+  std::uint64_t index_bytes = 0;    // size of the indices section
+  const std::uint8_t* structure_params = nullptr;  // implicit-index structures (random-k)
+  const std::uint8_t* indices = nullptr;
+  const std::uint8_t* scales = nullptr;  // bucketed values stages only
+  const std::uint8_t* values = nullptr;
+};
+
+/// Structures whose indices are recomputed from their parameters (random-k) set
+/// `implicit_indices`; they also have `param_bytes` of parameters in the payload.
+template <class Structure, class = void>
+struct has_implicit_indices : std::false_type {};
+template <class Structure>
+struct has_implicit_indices<Structure, std::void_t<decltype(Structure::implicit_indices)>>
+    : std::bool_constant<Structure::implicit_indices> {};
+
+template <class Structure>
+constexpr std::uint64_t structure_param_bytes() {
+  if constexpr (has_implicit_indices<Structure>::value) {
+    return Structure::param_bytes;
+  } else {
+    return 0;
+  }
+}
+
+/// What compress decides on the host before the frame is written, passed by value to the
+/// device: the structure stage's parameter bytes (random-k) and the concrete index encoding
+/// (encode::automatic's choice).
+struct frame_params {
+  std::uint8_t structure[24] = {};
+  std::uint8_t index_encoding = 0;
+};
+
+/// implicit_backend<Exec>: runs an implicit-index structure's selection on an executor.
+template <class Exec>
+struct implicit_backend;
+
+/// async_compress_backend<Exec>: codec::compress_async (host below; CUDA in
+/// detail/cuda/compress_async.cuh).
+template <class Exec>
+struct async_compress_backend;
+
+/// Structures whose selected count depends on the data (threshold) set `data_dependent_count`:
+/// the codec asks their backend to `count` before it lays out the payload.
+template <class Structure, class = void>
+struct has_data_dependent_count : std::false_type {};
+template <class Structure>
+struct has_data_dependent_count<Structure, std::void_t<decltype(Structure::data_dependent_count)>>
+    : std::bool_constant<Structure::data_dependent_count> {};
+
+template <class Values, class = void>
+struct is_bucketed : std::false_type {};
+template <class Values>
+struct is_bucketed<Values, std::void_t<decltype(Values::bucketed)>> : std::bool_constant<Values::bucketed> {};
+
+/// Writes indices into the payload and values, widened to float, into scratch: for values stages
+/// that need every value of a bucket before they can encode any.
+template <class T, class Indices>
+struct split_sink {
+  std::uint8_t* indices;
+  int index_width;
+  float* values;
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
+    Indices::store(indices, index_width, pos, index);
+    values[pos] = static_cast<float>(to_float(value));
+  }
+};
+
+/// The tensor index of value j: j itself for a dense structure.
+struct identity_index {
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const { return j; }
+};
+
+/// Writes only the kept values (as floats), for a bucketed stage over an implicit selection.
+template <class T>
+struct values_sink {
+  float* values;
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t, T value) const {
+    values[pos] = static_cast<float>(to_float(value));
+  }
+};
+
+/// The tensor index of value j of an implicit selection (random-k), from its parameters.
+template <class Structure>
+struct implicit_index {
+  frame_params params;
+  std::uint64_t n, k;
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const {
+    return Structure::index_of(params.structure, n, k, j);
+  }
+};
+
+/// The tensor index of value j, read back from the payload's indices section.
+template <class Indices>
+struct stored_index {
+  const std::uint8_t* indices;
+  int index_width;
+  GRADZIP_HOST_DEVICE std::uint64_t operator()(std::uint64_t j) const {
+    return Indices::load(indices, index_width, j);
+  }
+};
+
+template <class Values, class = void>
+struct needs_code_check : std::false_type {};
+template <class Values>
+struct needs_code_check<Values, std::void_t<decltype(Values::codes_need_check)>>
+    : std::bool_constant<Values::codes_need_check> {};
+
+/// values_backend<Exec>: bucketed values stages on an executor (host below, CUDA in cuda.cuh).
+template <class Exec>
+struct values_backend;
+
+/// Writes each chosen element straight into the payload: its index through the indices stage
+/// (when there is one), its value through the values stage. A stochastic element-wise stage
+/// gets the element's random word, keyed by its seed, `ctx` and the element's tensor index.
+template <class T, class Values, class Indices>
+struct payload_sink {
+  std::uint8_t* indices;
+  int index_width;
+  std::uint8_t* values;
+  Values values_stage;
+  quantize::compress_context ctx;
+
+  GRADZIP_HOST_DEVICE void operator()(std::uint64_t pos, std::uint64_t index, T value) const {
+    if constexpr (Indices::id != 0) Indices::store(indices, index_width, pos, index);
+    if constexpr (stage::is_stochastic<Values>) {
+      values_stage.store(values, pos, value, quantize::element_random(values_stage, index, ctx));
+    } else {
+      Values::store(values, pos, value);
+    }
+  }
+};
+
+/// structure_backend<Exec, Structure>: how an executor runs a structure stage. Specialized for
+/// the host below and for CUDA in gradzip/core/cuda.cuh.
+template <class Exec, class Structure>
+struct structure_backend;
+
+/// Scratch a structure stage needs for n elements of T: its backend's
+/// `workspace_bytes<T>(exec, structure, n)` when it has one (when the amount depends on the
+/// stage's parameters, e.g. hashed top-k's slots), else `workspace_bytes<T>(exec, n)`.
+template <class Backend, class T, class Exec, class Structure, class = void>
+struct has_parameter_workspace : std::false_type {};
+template <class Backend, class T, class Exec, class Structure>
+struct has_parameter_workspace<Backend, T, Exec, Structure,
+                               std::void_t<decltype(Backend::template workspace_bytes<T>(
+                                   std::declval<Exec&>(), std::declval<const Structure&>(), std::size_t{}))>>
+    : std::true_type {};
+
+template <class T, class Exec, class Structure>
+std::size_t structure_workspace(Exec& exec, const Structure& s, std::size_t n) {
+  using backend = structure_backend<Exec, Structure>;
+  if constexpr (has_parameter_workspace<backend, T, Exec, Structure>::value) {
+    return backend::template workspace_bytes<T>(exec, s, n);
+  } else {
+    return backend::template workspace_bytes<T>(exec, n);
+  }
+}
+
+/// payload_backend<Exec>: writing a payload's frame and decoding payloads on an executor.
+template <class Exec>
+struct payload_backend;
+
+/// index_encoder<Exec>: choosing, sizing and writing a staged index encoding from sorted
+/// indices in scratch (host: detail/host/encode.hpp, CUDA: detail/cuda/encode.cuh).
+template <class Exec>
+struct index_encoder;
+
+}  // namespace gradzip::detail

@@ -43,7 +43,10 @@ struct shared_state {
 
 class thread_communicator final : public comm::communicator {
  public:
-  thread_communicator(shared_state& s, int rank, int corrupt_from = -1) : s_(s), rank_(rank), corrupt_(corrupt_from) {}
+  /// `exchange`: whether alltoall_sizes and alltoallv_bytes are this class's own (else the
+  /// communicator base's defaults, built on the three required collectives, run).
+  thread_communicator(shared_state& s, int rank, int corrupt_from = -1, bool exchange = true)
+      : s_(s), rank_(rank), corrupt_(corrupt_from), exchange_(exchange) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.ranks; }
 
@@ -64,6 +67,40 @@ class thread_communicator final : public comm::communicator {
         std::memcpy(static_cast<std::byte*>(data) + 2 * i, &b, 2);
       }
     }
+  }
+
+  void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) override {
+    if (!exchange_) return communicator::alltoall_sizes(mine, theirs);
+    publish(mine.data(), mine.size() * 8);
+    for (int r = 0; r < s_.ranks; ++r) std::memcpy(&theirs[static_cast<std::size_t>(r)], s_.slots[r].data() + 8 * rank_, 8);
+    s_.barrier();
+  }
+
+  void alltoallv_bytes(span<const std::byte> send, span<const std::uint64_t> send_sizes, span<std::byte> recv,
+                       span<const std::uint64_t> recv_sizes) override {
+    if (!exchange_) return communicator::alltoallv_bytes(send, send_sizes, recv, recv_sizes);
+    comm::detail::check_alltoallv(send, send_sizes, recv, recv_sizes, static_cast<std::size_t>(s_.ranks), "alltoallv_bytes");
+    // Publish the sizes, then the bytes; read this rank's part of every rank's bytes.
+    publish(send_sizes.data(), send_sizes.size() * 8);
+    std::vector<std::uint64_t> starts(static_cast<std::size_t>(s_.ranks));
+    for (int r = 0; r < s_.ranks; ++r) {
+      std::uint64_t at = 0;
+      for (int p = 0; p < rank_; ++p) {
+        std::uint64_t size;
+        std::memcpy(&size, s_.slots[r].data() + 8 * p, 8);
+        at += size;
+      }
+      starts[static_cast<std::size_t>(r)] = at;
+    }
+    publish(send.data(), send.size());
+    std::size_t out = 0;
+    for (int r = 0; r < s_.ranks; ++r) {
+      const std::uint64_t size = recv_sizes[static_cast<std::size_t>(r)];
+      REQUIRE(starts[static_cast<std::size_t>(r)] + size <= s_.slots[r].size());
+      std::memcpy(recv.data() + out, s_.slots[r].data() + starts[static_cast<std::size_t>(r)], size);
+      out += size;
+    }
+    s_.barrier();
   }
 
   static float load(const std::byte* p, element_type type, std::size_t i) {
@@ -108,16 +145,18 @@ class thread_communicator final : public comm::communicator {
   shared_state& s_;
   int rank_;
   int corrupt_;
+  bool exchange_;
 };
 
 /// Runs body(rank, communicator) on `ranks` threads; returns each rank's exception message ("" if none).
-std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body) {
+std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body,
+                                  bool exchange = true) {
   shared_state s(ranks);
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      thread_communicator c(s, r, corrupt_from);
+      thread_communicator c(s, r, corrupt_from, exchange);
       try {
         body(r, c);
       } catch (const std::exception& e) {
@@ -224,6 +263,45 @@ TEST_CASE("allreducer sums a user stage that declares summed_as with one allredu
     for (std::size_t i = 0; i < n; ++i) truth[i] += g[i] / ranks;
   }
   for (std::size_t i = 0; i < n; ++i) REQUIRE(std::abs(got[0][i] - truth[i]) <= 0.02f * (1e-3f + std::abs(truth[i])) * ranks);
+}
+
+TEST_CASE("alltoallv exchanges personalized parts, through an adapter's own and the default", "[collective][alltoallv]") {
+  const int ranks = 4;
+  // Rank s sends rank d a part of (s * 7 + d * 3) % 11 bytes (some empty), byte i being
+  // s * 64 + d * 8 + i % 8: every byte says where it came from and where it belongs.
+  const auto part_size = [](int s, int d) { return static_cast<std::uint64_t>((s * 7 + d * 3) % 11); };
+  const auto byte_of = [](int s, int d, std::uint64_t i) { return static_cast<std::byte>(s * 64 + d * 8 + i % 8); };
+  for (const bool own : {true, false}) {
+    INFO((own ? "the adapter's alltoallv" : "the communicator's default"));
+    const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+      std::vector<std::uint64_t> send_sizes(ranks), recv_sizes(ranks);
+      std::vector<std::byte> send;
+      for (int d = 0; d < ranks; ++d) {
+        send_sizes[d] = part_size(r, d);
+        for (std::uint64_t i = 0; i < send_sizes[d]; ++i) send.push_back(byte_of(r, d, i));
+      }
+      comm.alltoall_sizes(span<const std::uint64_t>(send_sizes), span<std::uint64_t>(recv_sizes));
+      std::uint64_t total = 0;
+      for (int s = 0; s < ranks; ++s) {
+        REQUIRE(recv_sizes[s] == part_size(s, r));
+        total += recv_sizes[s];
+      }
+      std::vector<std::byte> recv(total + 5, std::byte{0xEE});  // room to spare stays untouched
+      comm.alltoallv_bytes(span<const std::byte>(send), span<const std::uint64_t>(send_sizes), span<std::byte>(recv),
+                           span<const std::uint64_t>(recv_sizes));
+      std::size_t at = 0;
+      for (int s = 0; s < ranks; ++s) {
+        for (std::uint64_t i = 0; i < recv_sizes[s]; ++i) REQUIRE(recv[at++] == byte_of(s, r, i));
+      }
+      for (; at < recv.size(); ++at) REQUIRE(recv[at] == std::byte{0xEE});
+      // Misuse is named before anything moves: a send buffer that disagrees with its sizes.
+      send.pop_back();
+      CHECK_THROWS_WITH(comm.alltoallv_bytes(span<const std::byte>(send), span<const std::uint64_t>(send_sizes),
+                                             span<std::byte>(recv), span<const std::uint64_t>(recv_sizes)),
+                        Catch::Matchers::Contains("alltoallv_bytes: the parts add up to"));
+    }, own);
+    for (const auto& e : errors) CHECK(e.empty());
+  }
 }
 
 TEST_CASE("allreducer keeps an error-feedback residual per tensor", "[collective]") {

@@ -4,7 +4,8 @@
  * `comm::allreducer` (compressed allreduce of one tensor on top of it).
  *
  * A communicator offers three collectives: an in-place sum of a typed buffer, an allgather of
- * one u64 per rank, and an allgather-v of bytes. gradzip ships adapters for MPI
+ * one u64 per rank, and an allgather-v of bytes; and a personalized exchange (alltoall of
+ * sizes, alltoall-v of bytes) with defaults built on those three, which adapters override. gradzip ships adapters for MPI
  * (`comm/mpi.hpp`) and NCCL (`comm/nccl.cuh`); for anything else (Gloo, a parameter server, a
  * test harness) derive from `communicator` and implement those three, as docs/communication.md
  * shows for Gloo.
@@ -35,7 +36,9 @@
  */
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +55,26 @@
 
 namespace gradzip::comm {
 
+namespace detail {
+
+/// alltoallv_bytes's argument checks, shared by the adapters: size() sizes each way, `send`
+/// exactly its parts, `recv` room for its parts.
+inline void check_alltoallv(span<const std::byte> send, span<const std::uint64_t> send_sizes, span<std::byte> recv,
+                            span<const std::uint64_t> recv_sizes, std::size_t ranks, const char* what) {
+  GRADZIP_EXPECTS(send_sizes.size() == ranks && recv_sizes.size() == ranks, what, ": ", send_sizes.size(), " and ",
+                  recv_sizes.size(), " sizes for ", ranks, " ranks");
+  std::uint64_t sent = 0, received = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    sent += send_sizes[r];
+    received += recv_sizes[r];
+  }
+  GRADZIP_EXPECTS(sent == send.size(), what, ": the parts add up to ", sent, " bytes, the send buffer holds ",
+                  send.size());
+  GRADZIP_EXPECTS(received <= recv.size(), what, ": ", received, " bytes to receive into ", recv.size());
+}
+
+}  // namespace detail
+
 class communicator {
  public:
   virtual ~communicator() = default;
@@ -66,6 +89,50 @@ class communicator {
   /// (from allgather_sizes).
   virtual void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all,
                                 span<const std::uint64_t> sizes) = 0;
+
+  /// theirs[r] <- rank r's mine[rank()]: the bytes rank r will send this rank, for every r
+  /// (host memory, size() values each). The default runs size() allgather_sizes; adapters
+  /// override it with one exchange (MPI_Alltoall; NCCL's grouped send and receive).
+  virtual void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) {
+    const auto ranks = static_cast<std::size_t>(size());
+    GRADZIP_EXPECTS(mine.size() == ranks && theirs.size() == ranks, "alltoall_sizes: ", mine.size(), " and ",
+                    theirs.size(), " sizes for ", ranks, " ranks");
+    std::vector<std::uint64_t> column(ranks);
+    for (std::size_t p = 0; p < ranks; ++p) {
+      allgather_sizes(mine[p], span<std::uint64_t>(column));  // column[r]: what rank r sends rank p
+      if (p == static_cast<std::size_t>(rank())) std::copy(column.begin(), column.end(), theirs.begin());
+    }
+  }
+
+  /// A personalized exchange. `send` holds size() parts back to back in rank order, part p
+  /// (send_sizes[p] bytes) for rank p; `recv` receives the parts sent to this rank back to back
+  /// in rank order, part r (recv_sizes[r] bytes, from alltoall_sizes) from rank r. Buffers are in
+  /// the memory the implementation documents. The default goes through allgatherv_bytes in host
+  /// memory, so every rank receives every part (size() times the bytes of a real alltoallv);
+  /// adapters override it (MPI_Alltoallv; NCCL's grouped send and receive).
+  virtual void alltoallv_bytes(span<const std::byte> send, span<const std::uint64_t> send_sizes,
+                               span<std::byte> recv, span<const std::uint64_t> recv_sizes) {
+    const auto ranks = static_cast<std::size_t>(size());
+    const auto me = static_cast<std::size_t>(rank());
+    detail::check_alltoallv(send, send_sizes, recv, recv_sizes, ranks, "alltoallv_bytes");
+    // Where each rank's part for this rank starts in that rank's send buffer, and its total.
+    std::vector<std::uint64_t> starts(ranks), at(ranks), totals(ranks);
+    for (std::size_t p = 1; p < ranks; ++p) starts[p] = starts[p - 1] + send_sizes[p - 1];
+    alltoall_sizes(span<const std::uint64_t>(starts), span<std::uint64_t>(at));
+    allgather_sizes(static_cast<std::uint64_t>(send.size()), span<std::uint64_t>(totals));
+    std::uint64_t all_bytes = 0;
+    for (std::uint64_t t : totals) all_bytes += t;
+    std::vector<std::byte> all(static_cast<std::size_t>(all_bytes));
+    allgatherv_bytes(send, span<std::byte>(all), span<const std::uint64_t>(totals));
+    std::uint64_t base = 0, out = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      GRADZIP_EXPECTS(at[r] <= totals[r] && recv_sizes[r] <= totals[r] - at[r], "alltoallv_bytes: rank ", r,
+                      " sends ", totals[r], " bytes, its part for rank ", me, " would end at ", at[r] + recv_sizes[r]);
+      if (recv_sizes[r] != 0) std::memcpy(recv.data() + out, all.data() + base + at[r], recv_sizes[r]);
+      base += totals[r];
+      out += recv_sizes[r];
+    }
+  }
   /// The CUDA stream (a cudaStream_t) the collectives are queued on, for a communicator whose
   /// collectives run on a GPU (NCCL); null for one that completes them before returning (MPI).
   /// allreducer<Codec, T, gradzip::cuda> orders its compress before them and its decode after

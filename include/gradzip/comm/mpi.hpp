@@ -124,6 +124,35 @@ class mpi_communicator final : public communicator {
                       "MPI_Allgatherv");
   }
 
+  void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) override {
+    GRADZIP_EXPECTS(mine.size() == static_cast<std::size_t>(size_) && theirs.size() == mine.size(),
+                    "alltoall_sizes: ", mine.size(), " and ", theirs.size(), " sizes for ", size_, " ranks");
+    detail::mpi_check(MPI_Alltoall(mine.data(), 1, MPI_UINT64_T, theirs.data(), 1, MPI_UINT64_T, comm_),
+                      "MPI_Alltoall");
+  }
+
+  void alltoallv_bytes(span<const std::byte> send, span<const std::uint64_t> send_sizes, span<std::byte> recv,
+                       span<const std::uint64_t> recv_sizes) override {
+    comm::detail::check_alltoallv(send, send_sizes, recv, recv_sizes, static_cast<std::size_t>(size_),
+                                  "alltoallv_bytes");
+    counts_.resize(static_cast<std::size_t>(size_));
+    displacements_.resize(static_cast<std::size_t>(size_));
+    recv_counts_.resize(static_cast<std::size_t>(size_));
+    recv_displacements_.resize(static_cast<std::size_t>(size_));
+    std::uint64_t out = 0, in = 0;
+    for (int r = 0; r < size_; ++r) {
+      counts_[r] = checked_count(send_sizes[r], "alltoallv_bytes");
+      displacements_[r] = checked_count(out, "alltoallv_bytes (displacement)");
+      recv_counts_[r] = checked_count(recv_sizes[r], "alltoallv_bytes");
+      recv_displacements_[r] = checked_count(in, "alltoallv_bytes (displacement)");
+      out += send_sizes[r];
+      in += recv_sizes[r];
+    }
+    detail::mpi_check(MPI_Alltoallv(send.data(), counts_.data(), displacements_.data(), MPI_BYTE, recv.data(),
+                                    recv_counts_.data(), recv_displacements_.data(), MPI_BYTE, comm_),
+                      "MPI_Alltoallv");
+  }
+
  private:
   static int checked_count(std::uint64_t count, const char* what) {
     GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": ", count,
@@ -134,7 +163,7 @@ class mpi_communicator final : public communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
-  std::vector<int> counts_, displacements_;  // grown once, reused
+  std::vector<int> counts_, displacements_, recv_counts_, recv_displacements_;  // grown once, reused
 };
 
 }  // namespace gradzip::comm

@@ -86,6 +86,46 @@ class nccl_communicator final : public communicator {
     GRADZIP_NCCL_TRY(ncclGroupEnd());
   }
 
+  /// mine and theirs in host memory, as for every communicator; staged through device memory.
+  void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) override {
+    GRADZIP_EXPECTS(mine.size() == static_cast<std::size_t>(size_) && theirs.size() == mine.size(),
+                    "alltoall_sizes: ", mine.size(), " and ", theirs.size(), " sizes for ", size_, " ranks");
+    if (exchange_.size() != 2 * mine.size()) exchange_ = gradzip::detail::device_buffer<std::uint64_t>(2 * mine.size());
+    std::uint64_t* out = exchange_.data();
+    std::uint64_t* in = exchange_.data() + mine.size();
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(out, mine.data(), mine.size() * sizeof(std::uint64_t), cudaMemcpyHostToDevice,
+                                     stream_));
+    GRADZIP_NCCL_TRY(ncclGroupStart());
+    for (int r = 0; r < size_; ++r) {
+      GRADZIP_NCCL_TRY(ncclSend(out + r, 1, ncclUint64, r, comm_, stream_));
+      GRADZIP_NCCL_TRY(ncclRecv(in + r, 1, ncclUint64, r, comm_, stream_));
+    }
+    GRADZIP_NCCL_TRY(ncclGroupEnd());
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(theirs.data(), in, theirs.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
+                                     stream_));
+    GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host reads the sizes; `mine` may go away
+  }
+
+  /// send and recv in device memory; queued on the communicator's stream (sizes on the host).
+  void alltoallv_bytes(span<const std::byte> send, span<const std::uint64_t> send_sizes, span<std::byte> recv,
+                       span<const std::uint64_t> recv_sizes) override {
+    detail::check_alltoallv(send, send_sizes, recv, recv_sizes, static_cast<std::size_t>(size_), "alltoallv_bytes");
+    std::uint64_t out = 0, in = 0;
+    GRADZIP_NCCL_TRY(ncclGroupStart());
+    for (int r = 0; r < size_; ++r) {
+      const auto part = static_cast<std::size_t>(r);
+      if (send_sizes[part] != 0) {
+        GRADZIP_NCCL_TRY(ncclSend(send.data() + out, send_sizes[part], ncclUint8, r, comm_, stream_));
+      }
+      if (recv_sizes[part] != 0) {
+        GRADZIP_NCCL_TRY(ncclRecv(recv.data() + in, recv_sizes[part], ncclUint8, r, comm_, stream_));
+      }
+      out += send_sizes[part];
+      in += recv_sizes[part];
+    }
+    GRADZIP_NCCL_TRY(ncclGroupEnd());
+  }
+
  private:
   static ncclDataType_t nccl_type(element_type type) {
     switch (type) {
@@ -101,6 +141,7 @@ class nccl_communicator final : public communicator {
   cudaStream_t stream_;
   int rank_ = 0, size_ = 1;
   gradzip::detail::device_buffer<std::uint64_t> sizes_;
+  gradzip::detail::device_buffer<std::uint64_t> exchange_;  // alltoall_sizes: out, then in
 };
 
 }  // namespace gradzip::comm

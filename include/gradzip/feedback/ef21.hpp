@@ -18,7 +18,7 @@
  * `compress` is the worker's half. `apply` is the every-rank half: it takes the average of the
  * decoded payloads (what `comm::allreducer` computes, or `codec::decompress_add_all` with alpha
  * 1/P into zeros), adds it to g, and returns g in the same buffer. `comm::allreducer` with
- * `comm::feedback::ef21` does both around its collective. State: g_i, g and a difference
+ * `comm::feedback_mode::ef21` does both around its collective. State: g_i, g and a difference
  * buffer, n elements of T each, in the executor's memory; `save`/`restore` checkpoint g_i and g.
  *
  * @code

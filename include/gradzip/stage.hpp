@@ -103,7 +103,6 @@ template <class S> using summable_t = decltype(S::summable);
 template <class S> using param_bytes_t = decltype(S::param_bytes);
 template <class S> using explicit_indices_t = decltype(S::explicit_indices);
 template <class S> using staged_t = decltype(S::staged);
-template <class S> using bucketed_t = decltype(S::bucketed);
 template <class S> using selected_count_t = decltype(std::declval<const S&>().selected_count(std::uint64_t{}));
 template <class S> using write_params_t = decltype(S::write_params(std::declval<std::uint8_t*>()));
 template <class S>
@@ -128,29 +127,22 @@ using encode_t = decltype(std::declval<const S&>().encode(1.0f, std::declval<con
 template <class S>
 using decode_t = decltype(S::decode(0u, std::declval<const typename S::record&>()));
 template <class S> using seed_t = decltype(std::declval<const S&>().seed);
-template <class S> using stochastic_t = decltype(S::stochastic);
 template <class S>
 using random_store_t = decltype(std::declval<const S&>().store(std::declval<std::uint8_t*>(), std::uint64_t{}, 1.0f,
                                                                std::uint32_t{}));
 
-template <class S>
-constexpr bool stochastic_flag() {
-  if constexpr (detects<S, stochastic_t>::value) {
-    return S::stochastic;
-  } else {
-    return false;
-  }
-}
+/// An optional `static constexpr bool` member, read through `Flag<S>` (std::bool_constant of
+/// it): its value, or false when S does not declare it.
+template <class S, template <class> class Flag, class = void>
+struct optional_flag : std::false_type {};
+template <class S, template <class> class Flag>
+struct optional_flag<S, Flag, std::void_t<Flag<S>>> : Flag<S> {};
 
-template <class S>
-constexpr bool is_bucketed() {
-  if constexpr (detects<S, bucketed_t>::value) {
-    return S::bucketed;
-  } else {
-    return false;
-  }
-}
-
+template <class S> using bucketed_flag = std::bool_constant<S::bucketed>;
+template <class S> using stochastic_flag = std::bool_constant<S::stochastic>;
+template <class S> using implicit_indices_flag = std::bool_constant<S::implicit_indices>;
+template <class S> using data_dependent_count_flag = std::bool_constant<S::data_dependent_count>;
+template <class S> using codes_need_check_flag = std::bool_constant<S::codes_need_check>;
 
 /// The members every values and structure stage declares.
 template <class S>
@@ -173,7 +165,7 @@ constexpr bool check_params_members() {
 
 template <class V>
 constexpr bool check_element_wise() {
-  constexpr bool random = stochastic_flag<V>();
+  constexpr bool random = optional_flag<V, stochastic_flag>::value;
   static_assert(detects<V, value_size_t>::value,
                 "values stage lacks `static std::uint64_t value_size(element_type input)` (or is it bucketed? "
                 "then derive from quantize::bucketed_stage)");
@@ -183,8 +175,6 @@ constexpr bool check_element_wise() {
   static_assert(!random || detects<V, random_store_t>::value,
                 "stochastic values stage lacks `template <class T> void store(std::uint8_t* section, std::uint64_t "
                 "pos, T value, std::uint32_t random) const`");
-  static_assert(!random || detects<V, seed_t>::value,
-                "stochastic values stage lacks a `std::uint64_t seed` member (the key of its random words)");
   static_assert(detects<V, load_t>::value,
                 "values stage lacks `static double load(const std::uint8_t* section, element_type input, "
                 "std::uint64_t pos)`");
@@ -203,8 +193,6 @@ constexpr bool check_bucketed() {
                 "bucketed values stage lacks `unsigned encode(float v, const record& r, std::uint32_t random) const`");
   static_assert(detects<V, decode_t>::value,
                 "bucketed values stage lacks `static float decode(unsigned code, const record& r)`");
-  static_assert(!V::stochastic || detects<V, seed_t>::value,
-                "stochastic values stage lacks a `std::uint64_t seed` member (the key of its random words)");
   return true;
 }
 
@@ -215,7 +203,7 @@ template <class S> using summed_as_t = decltype(S::summed_as(element_type::f32))
 /// Whether a values stage draws random words (its `stochastic` member; false when absent). A
 /// variable, not a function, so device code may read it.
 template <class V>
-inline constexpr bool is_stochastic = detail::stochastic_flag<V>();
+inline constexpr bool is_stochastic = detail::optional_flag<V, detail::stochastic_flag>::value;
 
 /// The element type a communicator sums a values stage's section as, for input type `input`;
 /// empty when the stage declares none (its payloads are then gathered).
@@ -233,7 +221,9 @@ template <class V>
 constexpr bool check_values() {
   detail::check_common<V>();
   detail::check_params_members<V>();
-  if constexpr (detail::is_bucketed<V>()) {
+  static_assert(!is_stochastic<V> || detail::detects<V, detail::seed_t>::value,
+                "stochastic values stage lacks a `std::uint64_t seed` member (the key of its random words)");
+  if constexpr (detail::optional_flag<V, detail::bucketed_flag>::value) {
     return detail::check_bucketed<V>();
   } else {
     return detail::check_element_wise<V>();

@@ -33,11 +33,8 @@ struct payload_view {
 
 /// Structures whose indices are recomputed from their parameters (random-k) set
 /// `implicit_indices`; they also have `param_bytes` of parameters in the payload.
-template <class Structure, class = void>
-struct has_implicit_indices : std::false_type {};
 template <class Structure>
-struct has_implicit_indices<Structure, std::void_t<decltype(Structure::implicit_indices)>>
-    : std::bool_constant<Structure::implicit_indices> {};
+using has_implicit_indices = stage::detail::optional_flag<Structure, stage::detail::implicit_indices_flag>;
 
 template <class Structure>
 constexpr std::uint64_t structure_param_bytes() {
@@ -67,16 +64,11 @@ struct async_compress_backend;
 
 /// Structures whose selected count depends on the data (threshold) set `data_dependent_count`:
 /// the codec asks their backend to `count` before it lays out the payload.
-template <class Structure, class = void>
-struct has_data_dependent_count : std::false_type {};
 template <class Structure>
-struct has_data_dependent_count<Structure, std::void_t<decltype(Structure::data_dependent_count)>>
-    : std::bool_constant<Structure::data_dependent_count> {};
+using has_data_dependent_count = stage::detail::optional_flag<Structure, stage::detail::data_dependent_count_flag>;
 
-template <class Values, class = void>
-struct is_bucketed : std::false_type {};
 template <class Values>
-struct is_bucketed<Values, std::void_t<decltype(Values::bucketed)>> : std::bool_constant<Values::bucketed> {};
+using is_bucketed = stage::detail::optional_flag<Values, stage::detail::bucketed_flag>;
 
 /// Writes indices into the payload and values, widened to float, into scratch: for values stages
 /// that need every value of a bucket before they can encode any.
@@ -125,11 +117,9 @@ struct stored_index {
   }
 };
 
-template <class Values, class = void>
-struct needs_code_check : std::false_type {};
+/// Values stages whose codes do not fill all 2^bits values set `codes_need_check`.
 template <class Values>
-struct needs_code_check<Values, std::void_t<decltype(Values::codes_need_check)>>
-    : std::bool_constant<Values::codes_need_check> {};
+using needs_code_check = stage::detail::optional_flag<Values, stage::detail::codes_need_check_flag>;
 
 /// values_backend<Exec>: bucketed values stages on an executor (host below, CUDA in cuda.cuh).
 template <class Exec>

@@ -241,8 +241,8 @@ TEST_CASE("allreducer sums a user stage that declares summed_as with one allredu
   using c_t = codec<sparsify::none, example::stochastic_bf16, encode::none>;
   const c_t c{{}, example::stochastic_bf16{5}};
   static_assert(comm::allreducer<c_t, float, host>::summable_path());
-  // The reference: every rank's payload, its values sections summed as bf16 would be by the
-  // communicator (in float, in rank order, then rounded to bf16), decoded once, averaged.
+  // The communicator sums the bf16 values sections (in float, in rank order, rounded to bf16);
+  // every rank then decodes the same sum, within bf16 rounding of the true average.
   std::vector<std::vector<float>> got(ranks);
   const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
     host exec(1);

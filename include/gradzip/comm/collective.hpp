@@ -57,6 +57,12 @@ namespace gradzip::comm {
 
 namespace detail {
 
+/// alltoall_sizes's argument check, shared by the adapters: size() sizes each way.
+inline void check_alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs, std::size_t ranks) {
+  GRADZIP_EXPECTS(mine.size() == ranks && theirs.size() == ranks, "alltoall_sizes: ", mine.size(), " and ",
+                  theirs.size(), " sizes for ", ranks, " ranks");
+}
+
 /// alltoallv_bytes's argument checks, shared by the adapters: size() sizes each way, `send`
 /// exactly its parts, `recv` room for its parts.
 inline void check_alltoallv(span<const std::byte> send, span<const std::uint64_t> send_sizes, span<std::byte> recv,
@@ -95,8 +101,7 @@ class communicator {
   /// override it with one exchange (MPI_Alltoall; NCCL's grouped send and receive).
   virtual void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) {
     const auto ranks = static_cast<std::size_t>(size());
-    GRADZIP_EXPECTS(mine.size() == ranks && theirs.size() == ranks, "alltoall_sizes: ", mine.size(), " and ",
-                    theirs.size(), " sizes for ", ranks, " ranks");
+    detail::check_alltoall_sizes(mine, theirs, ranks);
     std::vector<std::uint64_t> column(ranks);
     for (std::size_t p = 0; p < ranks; ++p) {
       allgather_sizes(mine[p], span<std::uint64_t>(column));  // column[r]: what rank r sends rank p

@@ -108,14 +108,7 @@ class mpi_communicator final : public communicator {
   void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all, span<const std::uint64_t> sizes) override {
     GRADZIP_EXPECTS(sizes.size() == static_cast<std::size_t>(size_), "allgatherv_bytes: ", sizes.size(),
                     " sizes for ", size_, " ranks");
-    counts_.resize(static_cast<std::size_t>(size_));
-    displacements_.resize(static_cast<std::size_t>(size_));
-    std::uint64_t at = 0;
-    for (int r = 0; r < size_; ++r) {
-      counts_[r] = checked_count(sizes[r], "allgatherv_bytes");
-      displacements_[r] = checked_count(at, "allgatherv_bytes (displacement)");
-      at += sizes[r];
-    }
+    const std::uint64_t at = to_counts(sizes, counts_, displacements_, "allgatherv_bytes");
     GRADZIP_EXPECTS(at <= all.size(), "allgatherv_bytes: ", at, " bytes to gather into ", all.size());
     GRADZIP_EXPECTS(mine.size() == sizes[rank_], "allgatherv_bytes: this rank sends ", mine.size(),
                     " bytes, its announced size is ", sizes[rank_]);
@@ -125,8 +118,7 @@ class mpi_communicator final : public communicator {
   }
 
   void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) override {
-    GRADZIP_EXPECTS(mine.size() == static_cast<std::size_t>(size_) && theirs.size() == mine.size(),
-                    "alltoall_sizes: ", mine.size(), " and ", theirs.size(), " sizes for ", size_, " ranks");
+    comm::detail::check_alltoall_sizes(mine, theirs, static_cast<std::size_t>(size_));
     detail::mpi_check(MPI_Alltoall(mine.data(), 1, MPI_UINT64_T, theirs.data(), 1, MPI_UINT64_T, comm_),
                       "MPI_Alltoall");
   }
@@ -135,25 +127,29 @@ class mpi_communicator final : public communicator {
                        span<const std::uint64_t> recv_sizes) override {
     comm::detail::check_alltoallv(send, send_sizes, recv, recv_sizes, static_cast<std::size_t>(size_),
                                   "alltoallv_bytes");
-    counts_.resize(static_cast<std::size_t>(size_));
-    displacements_.resize(static_cast<std::size_t>(size_));
-    recv_counts_.resize(static_cast<std::size_t>(size_));
-    recv_displacements_.resize(static_cast<std::size_t>(size_));
-    std::uint64_t out = 0, in = 0;
-    for (int r = 0; r < size_; ++r) {
-      counts_[r] = checked_count(send_sizes[r], "alltoallv_bytes");
-      displacements_[r] = checked_count(out, "alltoallv_bytes (displacement)");
-      recv_counts_[r] = checked_count(recv_sizes[r], "alltoallv_bytes");
-      recv_displacements_[r] = checked_count(in, "alltoallv_bytes (displacement)");
-      out += send_sizes[r];
-      in += recv_sizes[r];
-    }
+    to_counts(send_sizes, counts_, displacements_, "alltoallv_bytes");
+    to_counts(recv_sizes, recv_counts_, recv_displacements_, "alltoallv_bytes");
     detail::mpi_check(MPI_Alltoallv(send.data(), counts_.data(), displacements_.data(), MPI_BYTE, recv.data(),
                                     recv_counts_.data(), recv_displacements_.data(), MPI_BYTE, comm_),
                       "MPI_Alltoallv");
   }
 
  private:
+  /// MPI's int counts and displacements of parts of `sizes` bytes laid back to back, checked;
+  /// returns their total.
+  static std::uint64_t to_counts(span<const std::uint64_t> sizes, std::vector<int>& counts,
+                                 std::vector<int>& displacements, const char* what) {
+    counts.resize(sizes.size());
+    displacements.resize(sizes.size());
+    std::uint64_t at = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      counts[r] = checked_count(sizes[r], what);
+      displacements[r] = checked_count(at, what);
+      at += sizes[r];
+    }
+    return at;
+  }
+
   static int checked_count(std::uint64_t count, const char* what) {
     GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": ", count,
                     " exceeds MPI's int counts");

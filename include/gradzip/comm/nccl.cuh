@@ -88,8 +88,7 @@ class nccl_communicator final : public communicator {
 
   /// mine and theirs in host memory, as for every communicator; staged through device memory.
   void alltoall_sizes(span<const std::uint64_t> mine, span<std::uint64_t> theirs) override {
-    GRADZIP_EXPECTS(mine.size() == static_cast<std::size_t>(size_) && theirs.size() == mine.size(),
-                    "alltoall_sizes: ", mine.size(), " and ", theirs.size(), " sizes for ", size_, " ranks");
+    detail::check_alltoall_sizes(mine, theirs, static_cast<std::size_t>(size_));
     if (exchange_.size() != 2 * mine.size()) exchange_ = gradzip::detail::device_buffer<std::uint64_t>(2 * mine.size());
     std::uint64_t* out = exchange_.data();
     std::uint64_t* in = exchange_.data() + mine.size();

@@ -1116,3 +1116,102 @@ TEST_CASE("cuda sampled top-k keeps non-finite values, and more than its bound f
   CHECK(size.download()[0] == 0);
   CHECK(dout.download() == std::vector<std::byte>(bound, std::byte{0x5A}));
 }
+
+TEST_CASE("cuda PowerSGD writes the host's payloads, output and state, step for step", "[gpu][powersgd]") {
+  REQUIRE_GPU();
+  using gz::lowrank::factor;
+  // Rows and columns off multiples of 32; rank 5 takes two passes of the 4-wide rank tile.
+  const std::vector<std::vector<std::size_t>> shapes{{300, 200}, {300}, {70, 45}, {33, 1000}};
+  const std::size_t n = 300 * 200 + 300 + 70 * 45 + 33 * 1000;
+  for (const int rank : {1, 5}) {
+    for (const bool warm : {true, false}) {
+      INFO("rank " << rank << ", warm start " << warm);
+      gz::lowrank::powersgd_params params;
+      params.rank = rank;
+      params.warm_start = warm;
+      params.epsilon = 1e-7f;
+      params.seed = 8;
+      gz::host host;
+      gz::cuda dev;
+      gz::lowrank::powersgd<float, gz::host> h(host, shapes, params);
+      gz::lowrank::powersgd<float, gz::cuda> d(dev, shapes, params);
+      std::vector<std::byte> hp(h.payload_bytes(factor::p)), hq(h.payload_bytes(factor::q));
+      device_vector<std::byte> dp(hp.size()), dq(hq.size());
+      for (std::uint32_t step = 0; step < 3; ++step) {
+        INFO("step " << step);
+        std::vector<float> g = gradzip_tools::synthetic_gradient<float>(n, 300 + step);
+        device_vector<float> dg(g);
+        h.compress_p(host, gz::span<const float>(g), gz::span<std::byte>(hp), {step, 2});
+        d.compress_p(dev, gz::span<const float>(dg.data, n), dp.view(), {step, 2});
+        REQUIRE(dp.download() == hp);
+        // Two ranks' worth: the payload summed with itself, on both sides alike.
+        for (float& v : h.factors(gz::span<std::byte>(hp), factor::p)) v += v;
+        device_vector<std::byte> summed(hp);
+        h.compress_q(host, gz::span<const std::byte>(hp), gz::span<std::byte>(hq));
+        d.compress_q(dev, gz::span<const std::byte>(summed.data, hp.size()), dq.view());
+        dev.check();
+        REQUIRE(dq.download() == hq);
+        device_vector<std::byte> q_summed(hq);
+        h.decompress(host, gz::span<const std::byte>(hq), 2, gz::span<float>(g));
+        d.decompress(dev, gz::span<const std::byte>(q_summed.data, hq.size()), 2, gz::span<float>(dg.data, n));
+        dev.check();
+        REQUIRE(dg.download() == g);
+      }
+      const auto state = h.save(host);
+      CHECK(d.save(dev) == state);
+      gz::lowrank::powersgd<float, gz::cuda> restored(dev, shapes, params);
+      restored.restore(dev, gz::span<const std::byte>(state));
+      CHECK(restored.save(dev) == state);
+    }
+  }
+}
+
+TEST_CASE("cuda PowerSGD takes bf16 gradients and rejects a bad frame at check(), changing nothing", "[gpu][powersgd]") {
+  REQUIRE_GPU();
+  using gz::lowrank::factor;
+  using bf16 = __nv_bfloat16;
+  const std::vector<std::vector<std::size_t>> shapes{{64, 96}, {64}};
+  const std::size_t n = 64 * 96 + 64;
+  gz::lowrank::powersgd_params params;
+  params.rank = 2;
+  gz::host host;
+  gz::cuda dev;
+  gz::lowrank::powersgd<bf16, gz::host> h(host, shapes, params);
+  gz::lowrank::powersgd<bf16, gz::cuda> d(dev, shapes, params);
+  const auto f = gradzip_tools::synthetic_gradient<float>(n, 17);
+  std::vector<bf16> g(n);
+  for (std::size_t i = 0; i < n; ++i) g[i] = gz::from_double<bf16>(f[i]);
+  device_vector<bf16> dg(g);
+  std::vector<std::byte> hp(h.payload_bytes(factor::p)), hq(h.payload_bytes(factor::q));
+  device_vector<std::byte> dp(hp.size()), dq(hq.size());
+  h.compress_p(host, gz::span<const bf16>(g), gz::span<std::byte>(hp));
+  d.compress_p(dev, gz::span<const bf16>(dg.data, n), dp.view());
+  h.compress_q(host, gz::span<const std::byte>(hp), gz::span<std::byte>(hq));
+  d.compress_q(dev, gz::span<const std::byte>(dp.data, hp.size()), dq.view());
+  dev.check();
+  REQUIRE(dq.download() == hq);
+
+  auto bad = hq;
+  bad[96] = std::byte{0};  // the factor byte says P
+  device_vector<std::byte> dbad(bad);
+  d.decompress(dev, gz::span<const std::byte>(dbad.data, bad.size()), 1, gz::span<bf16>(dg.data, n));
+  try {
+    dev.check();
+    FAIL("accepted");
+  } catch (const gz::format_error& e) {
+    CHECK(e.code() == gz::wire::format_errc::bad_params);
+  }
+  const auto untouched = dg.download();
+  CHECK(std::memcmp(untouched.data(), g.data(), n * sizeof(bf16)) == 0);
+  CHECK(d.save(dev).size() == h.save(host).size());
+  CHECK(d.save(dev) == h.save(host));  // the residual did not move either
+
+  // The step starts over (compress_p and compress_q change no state), then completes.
+  d.compress_p(dev, gz::span<const bf16>(dg.data, n), dp.view());
+  d.compress_q(dev, gz::span<const std::byte>(dp.data, hp.size()), dq.view());
+  h.decompress(host, gz::span<const std::byte>(hq), 1, gz::span<bf16>(g));
+  d.decompress(dev, gz::span<const std::byte>(dq.data, hq.size()), 1, gz::span<bf16>(dg.data, n));
+  dev.check();
+  const auto out = dg.download();
+  CHECK(std::memcmp(out.data(), g.data(), n * sizeof(bf16)) == 0);
+}

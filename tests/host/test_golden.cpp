@@ -11,6 +11,7 @@
 
 #include "common/helpers.hpp"
 #include "gradzip/hash/simhash.hpp"
+#include "gradzip/lowrank/powersgd.hpp"
 #include "gradzip/sketch/count_sketch.hpp"
 #include "gradzip/transform/hadamard.hpp"
 
@@ -146,6 +147,20 @@ TEST_CASE("golden payloads are byte-stable", "[golden]") {
   std::vector<std::byte> out(ef.max_compressed_bytes<float>());
   ef.compress(exec, span<const float>(g), span<std::byte>(out));
   check_golden("error_feedback_state_f32_n8.grdz", ef.save(exec));
+
+  // PowerSGD's two factor payloads for a 12 x 20 matrix at rank 2 (the 1-D tensor goes dense),
+  // from Philox's initial Q: they pin the frame, the random start, the canonical sums and the
+  // Gram-Schmidt (sqrt and division are correctly rounded everywhere).
+  lowrank::powersgd_params params;
+  params.rank = 2;
+  params.seed = 21;
+  lowrank::powersgd<float, host> ps(exec, {{12, 20}, {12}}, params);
+  const auto m = golden_input<float>(252, 6);
+  std::vector<std::byte> p(ps.payload_bytes(lowrank::factor::p)), q(ps.payload_bytes(lowrank::factor::q));
+  ps.compress_p(exec, span<const float>(m), span<std::byte>(p), {3, 1});
+  check_golden("powersgd_p_r2_f32_12x20.grdz", p);
+  ps.compress_q(exec, span<const std::byte>(p), span<std::byte>(q));
+  check_golden("powersgd_q_r2_f32_12x20.grdz", q);
 }
 
 TEST_CASE("golden payloads decode to their inputs' top-k", "[golden]") {

@@ -249,4 +249,5 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/count_sketch.cuh"
 #include "gradzip/detail/cuda/fetchsgd.cuh"
 #include "gradzip/detail/cuda/partition.cuh"
+#include "gradzip/detail/cuda/lowrank.cuh"
 #include "gradzip/detail/cuda/compress_async.cuh"

@@ -8,6 +8,7 @@
 
 #include "gradzip/codec.hpp"
 #include "gradzip/comm/collective.hpp"
+#include "gradzip/comm/powersgd.hpp"
 #include "gradzip/core/config.hpp"
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"
@@ -33,6 +34,7 @@
 #include "gradzip/quantize/terngrad.hpp"
 #include "gradzip/quantize/uniform.hpp"
 #include "gradzip/hash/hashed_topk.hpp"
+#include "gradzip/lowrank/powersgd.hpp"
 #include "gradzip/hash/partition.hpp"
 #include "gradzip/hash/simhash.hpp"
 #include "gradzip/random/hash.hpp"

@@ -12,6 +12,7 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/comm/collective.hpp"
+#include "gradzip/comm/powersgd.hpp"
 #include "../../examples/stochastic_bf16.hpp"
 
 using namespace gradzip;
@@ -415,4 +416,80 @@ TEST_CASE("decompress_add_all equals decoding the payloads one by one, and names
   check_codec(codec<sparsify::topk, quantize::none, encode::automatic>{sparsify::topk::ratio(0.02)});
   check_codec(codec<sparsify::threshold, quantize::none, encode::bitmap>{sparsify::threshold{0.5}});
   check_codec(codec<sparsify::topk, quantize::uniform<4>, encode::delta_varint>{sparsify::topk::ratio(0.02)});
+}
+
+TEST_CASE("powersgd_allreducer runs PowerSGD's three allreduces and matches the step done by hand", "[collective][powersgd]") {
+  using lowrank::factor;
+  const std::vector<std::vector<std::size_t>> shapes{{40, 30}, {40}, {20, 33}, {5}};
+  const std::size_t n = 40 * 30 + 40 + 20 * 33 + 5;
+  lowrank::powersgd_params params;
+  params.rank = 2;
+  params.seed = 5;
+  const int ranks = 3;
+  const auto grad_of = [&](int r, std::uint32_t step) { return gradzip_tools::synthetic_gradient<float>(n, 900 + 10 * step + r); };
+
+  // By hand: three compressors, payloads summed in rank order from zero as the communicator does.
+  host exec(1);
+  std::vector<lowrank::powersgd<float, host>> by_hand;
+  for (int r = 0; r < ranks; ++r) by_hand.emplace_back(exec, shapes, params);
+  std::vector<std::vector<float>> expected(2);
+  for (std::uint32_t step = 0; step < 2; ++step) {
+    std::vector<std::vector<float>> g;
+    std::vector<std::vector<std::byte>> p, q;
+    for (int r = 0; r < ranks; ++r) {
+      g.push_back(grad_of(r, step));
+      p.emplace_back(by_hand[0].payload_bytes(factor::p));
+      q.emplace_back(by_hand[0].payload_bytes(factor::q));
+      by_hand[r].compress_p(exec, span<const float>(g[r]), span<std::byte>(p[r]), {step, 0});
+    }
+    const auto sum = [&](std::vector<std::vector<std::byte>>& payloads, factor f) {
+      std::vector<float> total(by_hand[0].plan().factor_elements(f), 0.0f);
+      for (int r = 0; r < ranks; ++r) {
+        const auto v = by_hand[r].factors(span<std::byte>(payloads[r]), f);
+        for (std::size_t i = 0; i < total.size(); ++i) total[i] += v[i];
+      }
+      for (int r = 0; r < ranks; ++r) {
+        const auto v = by_hand[r].factors(span<std::byte>(payloads[r]), f);
+        std::copy(total.begin(), total.end(), v.begin());
+      }
+    };
+    sum(p, factor::p);
+    for (int r = 0; r < ranks; ++r) by_hand[r].compress_q(exec, span<const std::byte>(p[r]), span<std::byte>(q[r]));
+    sum(q, factor::q);
+    std::vector<float> out = g[0];
+    for (int r = 0; r < ranks; ++r) by_hand[r].decompress(exec, span<const std::byte>(q[r]), ranks, span<float>(g[r]));
+    out = g[0];
+    for (const auto& t : by_hand[0].plan().tensors()) {  // the uncompressed tensors: their average
+      if (t.compressed()) continue;
+      for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) {
+        float s = 0.0f;
+        for (int r = 0; r < ranks; ++r) s += grad_of(r, step)[i];
+        out[i] = s / static_cast<float>(ranks);
+      }
+    }
+    expected[step] = out;
+  }
+
+  std::vector<std::vector<float>> got(ranks);
+  std::vector<std::vector<std::byte>> states(ranks);
+  const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& c) {
+    host e(1);
+    comm::powersgd_allreducer<float, host> ar(e, shapes, params, ranks);
+    for (std::uint32_t step = 0; step < 2; ++step) {
+      got[r] = grad_of(r, step);
+      ar.run(c, e, span<float>(got[r]), {step, 0});
+      if (step == 0) {
+        std::vector<float> first = got[r];
+        REQUIRE(first == expected[0]);
+      }
+    }
+    states[r] = ar.save(e);
+    CHECK(ar.sent_bytes() == (40 + 5) * 4 + (40 + 20) * 2 * 4 + (30 + 33) * 2 * 4);
+  });
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r].empty());
+    CHECK(got[r] == expected[1]);
+    CHECK(states[r] == by_hand[r].save(exec));
+  }
 }

@@ -1194,17 +1194,32 @@ TEST_CASE("cuda PowerSGD takes bf16 gradients and rejects a bad frame at check()
   auto bad = hq;
   bad[96] = std::byte{0};  // the factor byte says P
   device_vector<std::byte> dbad(bad);
+  // check() raises `code`, and neither the gradient nor the state (residual, Q) moved.
+  const auto expect_refused = [&](gz::wire::format_errc code) {
+    try {
+      dev.check();
+      FAIL("accepted");
+    } catch (const gz::format_error& e) {
+      CHECK(e.code() == code);
+    }
+    const auto untouched = dg.download();
+    CHECK(std::memcmp(untouched.data(), g.data(), n * sizeof(bf16)) == 0);
+    CHECK(d.save(dev) == h.save(host));
+  };
   d.decompress(dev, gz::span<const std::byte>(dbad.data, bad.size()), 1, gz::span<bf16>(dg.data, n));
-  try {
-    dev.check();
-    FAIL("accepted");
-  } catch (const gz::format_error& e) {
-    CHECK(e.code() == gz::wire::format_errc::bad_params);
-  }
-  const auto untouched = dg.download();
-  CHECK(std::memcmp(untouched.data(), g.data(), n * sizeof(bf16)) == 0);
-  CHECK(d.save(dev).size() == h.save(host).size());
-  CHECK(d.save(dev) == h.save(host));  // the residual did not move either
+  expect_refused(gz::wire::format_errc::bad_params);
+
+  // A bad P payload: compress_q's check fails at check(), and the decompress that follows is
+  // refused too (step_incomplete) rather than run on a P that was never accepted.
+  auto bad_p = hp;
+  bad_p[100] = std::byte{7};  // the rank field
+  device_vector<std::byte> dbad_p(bad_p);
+  d.compress_p(dev, gz::span<const bf16>(dg.data, n), dp.view());
+  d.compress_q(dev, gz::span<const std::byte>(dbad_p.data, bad_p.size()), dq.view());
+  CHECK_THROWS_AS(dev.check(), gz::format_error);
+  device_vector<std::byte> dgood_q(hq);
+  d.decompress(dev, gz::span<const std::byte>(dgood_q.data, hq.size()), 1, gz::span<bf16>(dg.data, n));
+  expect_refused(gz::wire::format_errc::step_incomplete);
 
   // The step starts over (compress_p and compress_q change no state), then completes.
   d.compress_p(dev, gz::span<const bf16>(dg.data, n), dp.view());

@@ -4,8 +4,8 @@
  * as PyTorch's `powerSGD_hook` runs it.
  *
  * Three allreduces a step, each a plain sum of floats (or of T):
- * 1. the uncompressed tensors (1-D ones, and matrices too small to gain), gathered into one
- *    buffer, summed, divided by the rank count and put back;
+ * 1. the uncompressed tensors (those too small to gain, by lowrank/powersgd.hpp's rule),
+ *    gathered into one buffer, summed, divided by the rank count and put back;
  * 2. the P factors of every compressed matrix (lowrank::powersgd::compress_p), summed;
  * 3. the Q factors (compress_q), summed, then decompress writes P Q^T / ranks into the bucket.
  *

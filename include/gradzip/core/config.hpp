@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -103,6 +104,22 @@ GRADZIP_HOST_DEVICE inline F add_rn(F a, F b) {
   if constexpr (sizeof(F) == 4) return __fadd_rn(a, b); else return __dadd_rn(a, b);
 #else
   return a + b;
+#endif
+}
+// a / b and sqrt(a) for float, correctly rounded on the device even under --use_fast_math
+// (which makes `/` and sqrtf approximate there); the host's are IEEE already.
+GRADZIP_HOST_DEVICE inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+GRADZIP_HOST_DEVICE inline float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
 #endif
 }
 

@@ -6,9 +6,9 @@
  *
  * Each tensor of the bucket is viewed as a matrix as PyTorch does (rows = its first dimension,
  * cols = the product of the others). A matrix M gains when (rows + cols) r min_compression_rate
- * < rows cols, with r = min(rows, cols, rank); the others (every 1-D tensor among them) go
- * uncompressed, through one dense allreduce. For the compressed ones, with error feedback e and
- * a shared Q (cols x r), one step is
+ * < rows cols, with r = min(rows, cols, rank); the others go uncompressed, through one dense
+ * allreduce (at a rate of 1 or more, every 1-D tensor does). For the compressed ones, with
+ * error feedback e and a shared Q (cols x r), one step is
  *
  *     M  <- grad + e
  *     P  <- M Q                            allreduce P (payload 1)
@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gradzip/core/element_type.hpp"
@@ -176,7 +177,18 @@ GRADZIP_HOST_DEVICE inline float butterfly(float (&lanes)[32]) {
 /// Column k of Gram-Schmidt: the divisor |P_k| + epsilon, from the canonical sum of squares.
 /// Zero (a zero column with epsilon 0) means: set the column to zero rather than to NaN.
 GRADZIP_HOST_DEVICE inline float normalizer(float sum_of_squares, float epsilon) {
-  return gradzip::detail::add_rn(sqrtf(sum_of_squares), epsilon);
+  return gradzip::detail::add_rn(gradzip::detail::sqrt_rn(sum_of_squares), epsilon);
+}
+
+/// An uncompressed element's average, x / ranks, in x's precision: double for double, float for
+/// the others (PyTorch divides in the tensor's type; its 16-bit division computes in float).
+template <class T>
+GRADZIP_HOST_DEVICE inline T averaged(T x, float ranks) {
+  if constexpr (std::is_same_v<T, double>) {
+    return x / static_cast<double>(ranks);
+  } else {
+    return from_double<T>(gradzip::detail::div_rn(static_cast<float>(to_float(x)), ranks));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,7 +290,7 @@ class powersgd {
         p_(ops::template allocate_zeroed<float>(exec, plan_.factor_elements(factor::p))),
         q_(ops::template allocate_zeroed<float>(exec, plan_.factor_elements(factor::q))),
         q_start_(ops::template allocate_zeroed<float>(exec, plan_.factor_elements(factor::q))),
-        q_valid_(ops::template allocate_zeroed<std::uint32_t>(exec, 1)) {}
+        flags_(ops::template allocate_zeroed<std::uint32_t>(exec, 2)) {}
 
   const powersgd_params& params() const noexcept { return params_; }
   const powersgd_plan& plan() const noexcept { return plan_; }
@@ -314,8 +326,8 @@ class powersgd {
     backend::write_frame(exec, bytes, fr);
     float* p_out = reinterpret_cast<float*>(bytes + fr.values_offset());
     span<float> q_start = ops::view(q_start_);
-    backend::start_q(exec, q_start.data(), params_.warm_start ? ops::view(q_).data() : nullptr,
-                     ops::view(q_valid_).data(), q_start.size(), params_.seed, static_cast<std::uint32_t>(ctx.step),
+    backend::start_q(exec, q_start.data(), params_.warm_start ? ops::view(q_).data() : nullptr, flags(),
+                     q_start.size(), params_.seed, static_cast<std::uint32_t>(ctx.step),
                      static_cast<std::uint32_t>(ctx.tensor_id));
     const float* residual = params_.error_feedback ? ops::view(residual_).data() : nullptr;
     for (const tensor_plan& t : plan_.tensors()) {
@@ -345,7 +357,7 @@ class powersgd {
     const float* sum = reinterpret_cast<const float*>(p_sum.data() + fp.values_offset());
     float* q_out = reinterpret_cast<float*>(bytes + fq.values_offset());
     span<float> p = ops::view(p_);
-    backend::copy_checked(exec, sum, p.data(), p.size(), st);
+    backend::take_p(exec, sum, p.data(), p.size(), flags(), st);
     for (const tensor_plan& t : plan_.tensors()) {
       if (!t.compressed()) continue;
       backend::orthogonalize(exec, p.data() + t.p_offset, t.rows, t.rank, params_.epsilon, st);
@@ -370,7 +382,7 @@ class powersgd {
     const wire::status* st = backend::check_frame(exec, q_sum, fq, "powersgd::decompress (Q payload)");
     const float* sum = reinterpret_cast<const float*>(q_sum.data() + fq.values_offset());
     span<float> q = ops::view(q_);
-    backend::average(exec, sum, q.data(), ops::view(q_valid_).data(), q.size(), static_cast<float>(ranks), st);
+    backend::average(exec, sum, q.data(), flags(), q.size(), static_cast<float>(ranks), st);
     float* residual = params_.error_feedback ? ops::view(residual_).data() : nullptr;
     for (const tensor_plan& t : plan_.tensors()) {
       if (!t.compressed()) continue;
@@ -402,7 +414,9 @@ class powersgd {
     const char* what = "powersgd::restore";
     span<const std::byte> residual, q;
     if (params_.error_feedback) {
-      const wire::header h = wire::read_header(bytes);
+      wire::header h;
+      wire::throw_if_failed(wire::parse_header(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), h),
+                            what);
       residual = bytes.subspan(0, h.total_bytes);
       feedback::detail::check_dense_state<float>(residual, plan_.compressed_elements(), what);
       bytes = bytes.subspan(h.total_bytes, bytes.size() - h.total_bytes);
@@ -422,18 +436,21 @@ class powersgd {
       feedback::detail::restore_dense_state<float>(exec, residual, residual_, plan_.compressed_elements(), what);
     }
     if (!q.empty()) feedback::detail::restore_dense_state<float>(exec, q, q_, plan_.factor_elements(factor::q), what);
-    const std::uint32_t valid = q.empty() ? 0u : 1u;
-    ops::copy_from_host(exec, &valid, q_valid_);
+    const std::uint32_t f[2] = {q.empty() ? 0u : 1u, 0u};
+    ops::copy_from_host(exec, f, flags_);
     phase_ = phase::idle;
   }
 
  private:
-  /// Whether q_ holds a completed step's Q (a flag in the executor's memory, which only the
-  /// averaging of a well-formed Q payload sets). Synchronous.
+  /// Two flags in the executor's memory, so that device work can consult them without a
+  /// synchronization: [0] q_ holds a completed step's Q (set by averaging a well-formed Q
+  /// payload); [1] this step's P was accepted (cleared by compress_p, set by compress_q when the
+  /// P payload passed its check, required by decompress).
+  std::uint32_t* flags() { return ops::view(flags_).data(); }
   bool q_valid(Exec& exec) const {
-    std::uint32_t valid = 0;
-    ops::copy_to_host(exec, q_valid_, &valid);
-    return valid != 0;
+    std::uint32_t f[2] = {0, 0};
+    ops::copy_to_host(exec, flags_, f);
+    return f[0] != 0;
   }
 
   enum class phase { idle, p_sent, q_sent };
@@ -445,7 +462,7 @@ class powersgd {
   typename ops::template buffer<float> p_;         // the orthogonalized P sum, during a step
   typename ops::template buffer<float> q_;         // the last averaged Q: the warm start
   typename ops::template buffer<float> q_start_;   // this step's orthogonalized starting Q
-  typename ops::template buffer<std::uint32_t> q_valid_;  // 1 once q_ holds a step's Q
+  typename ops::template buffer<std::uint32_t> flags_;  // see flags()
   phase phase_ = phase::idle;
 };
 

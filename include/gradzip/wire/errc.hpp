@@ -44,6 +44,7 @@ enum class format_errc : std::uint32_t {
   count_over_bound,       ///< compress: a data-dependent selection exceeds its payload bound
   element_type_mismatch,  ///< a saved state holds another element type than the restoring object
   trailing_bytes,         ///< bytes follow the last payload where none may
+  step_incomplete,        ///< a payload of a multi-payload step arrived after an earlier one was rejected
 };
 
 /// A short English description of a code.
@@ -80,6 +81,7 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::count_over_bound: return "the selection exceeds the payload bound";
     case format_errc::element_type_mismatch: return "element type differs from the expected one";
     case format_errc::trailing_bytes: return "trailing bytes after the payload";
+    case format_errc::step_incomplete: return "an earlier payload of this step was rejected";
   }
   return "unknown error";
 }

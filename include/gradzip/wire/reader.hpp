@@ -208,6 +208,8 @@ inline std::string message(const status& s) {
                     element_type_name(static_cast<element_type>(s.b)));
     case format_errc::trailing_bytes:
       return concat(what, ": ", s.a, " bytes follow a payload of ", s.b);
+    case format_errc::step_incomplete:
+      return concat(what, ": payload ", s.a, " of the step was rejected earlier: start the step over");
     case format_errc::count_over_bound:
       return concat(what, ": ", s.a, " elements selected, max_compressed_bytes holds ", s.b,
                     " (non-finite values are always kept: is the gradient diverging?)");

@@ -36,22 +36,27 @@ __global__ __launch_bounds__(32) void lowrank_check_frame_kernel(const std::uint
   if (!s.ok()) record_failure(st, s);
 }
 
+/// p <- the summed P, and flags[1] <- 1 (the step's P accepted), unless its frame check failed.
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_copy_kernel(const float* from, float* to, std::uint64_t n,
-                                                                     const wire::status* st) {
+__global__ __launch_bounds__(block_threads) void lowrank_take_p_kernel(const float* from, float* to, std::uint64_t n,
+                                                                       std::uint32_t* flags, const wire::status* st) {
   if (lowrank_failed(st)) return;
+  if (blockIdx.x == 0 && threadIdx.x == 0) flags[1] = 1;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     to[i] = from[i];
   }
 }
 
+/// The step's starting Q (the last step's when warm and valid, else a fresh draw), and
+/// flags[1] <- 0: the step's P is not accepted yet.
 template <class = void>
 __global__ __launch_bounds__(block_threads) void lowrank_start_q_kernel(float* q, const float* last,
-                                                                        const std::uint32_t* valid, std::uint64_t n,
+                                                                        std::uint32_t* flags, std::uint64_t n,
                                                                         std::uint64_t seed, std::uint32_t step,
                                                                         std::uint32_t tensor_id) {
-  const bool warm = last != nullptr && *valid != 0;
+  const bool warm = last != nullptr && flags[0] != 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) flags[1] = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t k = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     q[k] = warm ? last[k] : lowrank::initial_q(seed, step, tensor_id, k);
@@ -80,7 +85,7 @@ __global__ __launch_bounds__(32) void lowrank_orthogonalize_kernel(float* a, std
     float squares = 0.0f;
     for (std::uint64_t i = lane; i < length; i += 32) squares = add_rn(squares, mul_rn(col[i], col[i]));
     const float d = lowrank::normalizer(warp_butterfly(squares), epsilon);
-    for (std::uint64_t i = lane; i < length; i += 32) col[i] = d == 0.0f ? 0.0f : col[i] / d;
+    for (std::uint64_t i = lane; i < length; i += 32) col[i] = d == 0.0f ? 0.0f : div_rn(col[i], d);
     for (int o = k + 1; o < rank; ++o) {
       float* rest = a + static_cast<std::uint64_t>(o) * length;
       float dot = 0.0f;
@@ -168,15 +173,22 @@ __global__ __launch_bounds__(lowrank_transposed_threads) void lowrank_project_tr
   }
 }
 
+/// q <- sum / ranks and flags[0] <- 1 (q holds a step's Q), if the Q frame passed its check and
+/// the step's P was accepted; a rejected P (whose error check() already reported) fails the
+/// step here again, so that nothing after it runs.
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_average_kernel(const float* sum, float* q, std::uint32_t* valid,
+__global__ __launch_bounds__(block_threads) void lowrank_average_kernel(const float* sum, float* q, std::uint32_t* flags,
                                                                         std::uint64_t n, float ranks,
-                                                                        const wire::status* st) {
+                                                                        wire::status* st) {
   if (lowrank_failed(st)) return;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *valid = 1;
+  if (flags[1] == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) record_failure(st, wire::fail(wire::format_errc::step_incomplete, 1));
+    return;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) flags[0] = 1;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t k = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    q[k] = sum[k] / ranks;
+    q[k] = div_rn(sum[k], ranks);
   }
 }
 
@@ -203,7 +215,7 @@ template <class T>
 __global__ __launch_bounds__(block_threads) void lowrank_divide_kernel(T* x, std::uint64_t n, float ranks) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    x[i] = from_double<T>(static_cast<float>(to_float(x[i])) / ranks);
+    x[i] = lowrank::averaged(x[i], ranks);
   }
 }
 
@@ -221,16 +233,15 @@ struct lowrank_backend<cuda> {
     return exec.status_word();
   }
 
-  static void copy_checked(cuda& exec, const float* from, float* to, std::size_t n, const wire::status* st) {
-    if (n != 0) launch(lowrank_copy_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), from, to, n, st);
+  static void take_p(cuda& exec, const float* from, float* to, std::size_t n, std::uint32_t* flags,
+                     const wire::status* st) {
+    launch(lowrank_take_p_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), from, to, n, flags, st);
   }
 
-  static void start_q(cuda& exec, float* q, const float* last, const std::uint32_t* valid, std::size_t n,
+  static void start_q(cuda& exec, float* q, const float* last, std::uint32_t* flags, std::size_t n,
                       std::uint64_t seed, std::uint32_t step, std::uint32_t tensor_id) {
-    if (n != 0) {
-      launch(lowrank_start_q_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), q, last, valid, n, seed, step,
-             tensor_id);
-    }
+    launch(lowrank_start_q_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), q, last, flags, n, seed, step,
+           tensor_id);
   }
 
   template <class T>
@@ -256,9 +267,10 @@ struct lowrank_backend<cuda> {
            exec.stream(), m, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), p, rank, q, st);
   }
 
-  static void average(cuda& exec, const float* sum, float* q, std::uint32_t* valid, std::size_t n, float ranks,
-                      const wire::status* st) {
-    launch(lowrank_average_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), sum, q, valid, n, ranks, st);
+  static void average(cuda& exec, const float* sum, float* q, std::uint32_t* flags, std::size_t n, float ranks,
+                      const wire::status*) {
+    launch(lowrank_average_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), sum, q, flags, n, ranks,
+           exec.status_word());
   }
 
   template <class T>

@@ -34,14 +34,18 @@ struct lowrank_backend<host> {
     return nullptr;
   }
 
-  static void copy_checked(host&, const float* from, float* to, std::size_t n, const wire::status*) {
+  /// p <- the summed P (its frame checked already: the host throws first), and flags[1] <- 1.
+  static void take_p(host&, const float* from, float* to, std::size_t n, std::uint32_t* flags, const wire::status*) {
     if (n != 0) std::memcpy(to, from, n * sizeof(float));
+    flags[1] = 1;
   }
 
   /// The step's starting Q: the last step's (`last`, when given and valid), else a fresh draw.
-  static void start_q(host&, float* q, const float* last, const std::uint32_t* valid, std::size_t n,
-                      std::uint64_t seed, std::uint32_t step, std::uint32_t tensor_id) {
-    if (last != nullptr && *valid != 0) {
+  /// (flags[1] <- 0: the step's P is not accepted yet.)
+  static void start_q(host&, float* q, const float* last, std::uint32_t* flags, std::size_t n, std::uint64_t seed,
+                      std::uint32_t step, std::uint32_t tensor_id) {
+    flags[1] = 0;
+    if (last != nullptr && flags[0] != 0) {
       if (n != 0) std::memcpy(q, last, n * sizeof(float));
       return;
     }
@@ -80,7 +84,7 @@ struct lowrank_backend<host> {
       float* col = a + static_cast<std::size_t>(k) * length;
       const float d = lowrank::normalizer(canonical_sum(length, [&](std::size_t i) { return mul_rn(col[i], col[i]); }),
                                           epsilon);
-      for (std::size_t i = 0; i < length; ++i) col[i] = d == 0.0f ? 0.0f : col[i] / d;
+      for (std::size_t i = 0; i < length; ++i) col[i] = d == 0.0f ? 0.0f : div_rn(col[i], d);
       for (int o = k + 1; o < rank; ++o) {
         float* rest = a + static_cast<std::size_t>(o) * length;
         const float dot = canonical_sum(length, [&](std::size_t i) { return mul_rn(col[i], rest[i]); });
@@ -152,10 +156,11 @@ struct lowrank_backend<host> {
   }
 
   /// q <- sum / ranks (PyTorch divides the summed Q by the world size).
-  static void average(host&, const float* sum, float* q, std::uint32_t* valid, std::size_t n, float ranks,
+  /// (The host's decompress runs only after compress_q accepted P, so flags[1] is set.)
+  static void average(host&, const float* sum, float* q, std::uint32_t* flags, std::size_t n, float ranks,
                       const wire::status*) {
-    for (std::size_t k = 0; k < n; ++k) q[k] = sum[k] / ranks;
-    *valid = 1;
+    for (std::size_t k = 0; k < n; ++k) q[k] = div_rn(sum[k], ranks);
+    flags[0] = 1;
   }
 
   /// out[i cols + j] <- sum_c p[c rows + i] q[c cols + j] (c in order), and, with a residual,
@@ -200,7 +205,7 @@ struct lowrank_backend<host> {
   }
   template <class T>
   static void divide(host&, T* x, std::size_t n, float ranks) {
-    for (std::size_t i = 0; i < n; ++i) x[i] = from_double<T>(static_cast<float>(to_float(x[i])) / ranks);
+    for (std::size_t i = 0; i < n; ++i) x[i] = lowrank::averaged(x[i], ranks);
   }
 };
 

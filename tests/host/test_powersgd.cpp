@@ -441,6 +441,13 @@ TEST_CASE("powersgd rejects a payload that is not this bucket's factor, and chan
                   format_error);
   CHECK(out == g);                    // nothing was written
   CHECK(ps.save(exec) == before);     // neither the residual nor the warm-start Q moved
-  ps.decompress(exec, span<const std::byte>(q), 1, span<float>(out));  // the step still completes
+  // A received payload may sit at any address on the host; payloads written here must be aligned.
+  bytes_t shifted(q.size() + 1);
+  std::copy(q.begin(), q.end(), shifted.begin() + 1);
+  ps.decompress(exec, span<const std::byte>(shifted.data() + 1, q.size()), 1, span<float>(out));  // completes
   CHECK(out != g);
+  ps.compress_p(exec, span<const float>(g), span<std::byte>(p));
+  bytes_t room(p.size() + 1);
+  CHECK_THROWS_WITH(ps.compress_q(exec, span<const std::byte>(p), span<std::byte>(room.data() + 1, q.size())),
+                    Catch::Contains("must be 4-byte aligned"));
 }

@@ -309,6 +309,7 @@ class powersgd {
     const frame fr = frame_of(f);
     GRADZIP_EXPECTS(payload.size() >= fr.total_bytes(), "powersgd::factors: the payload holds ", payload.size(),
                     " bytes, the ", f == factor::p ? "P" : "Q", " frame ", fr.total_bytes());
+    expect_aligned(payload.data(), "powersgd::factors");
     return span<float>(reinterpret_cast<float*>(payload.data() + fr.values_offset()), fr.elements);
   }
 
@@ -321,6 +322,7 @@ class powersgd {
     const frame fr = frame_of(factor::p);
     GRADZIP_EXPECTS(out.size() >= fr.total_bytes(), "powersgd::compress_p: the output holds ", out.size(),
                     " bytes, the P payload needs ", fr.total_bytes());
+    expect_aligned(out.data(), "powersgd::compress_p");
     quantize::check_context(ctx, "powersgd::compress_p");
     auto* bytes = reinterpret_cast<std::uint8_t*>(out.data());
     backend::write_frame(exec, bytes, fr);
@@ -351,6 +353,8 @@ class powersgd {
     const frame fp = frame_of(factor::p), fq = frame_of(factor::q);
     GRADZIP_EXPECTS(out.size() >= fq.total_bytes(), "powersgd::compress_q: the output holds ", out.size(),
                     " bytes, the Q payload needs ", fq.total_bytes());
+    expect_aligned(out.data(), "powersgd::compress_q");
+    if constexpr (!std::is_same_v<Exec, host>) expect_aligned(p_sum.data(), "powersgd::compress_q (P payload)");
     const wire::status* st = backend::check_frame(exec, p_sum, fp, "powersgd::compress_q (P payload)");
     auto* bytes = reinterpret_cast<std::uint8_t*>(out.data());
     backend::write_frame(exec, bytes, fq);
@@ -379,6 +383,7 @@ class powersgd {
     GRADZIP_EXPECTS(grad.size() == plan_.size(), "powersgd::decompress: gradient has ", grad.size(),
                     " elements, the bucket ", plan_.size());
     const frame fq = frame_of(factor::q);
+    if constexpr (!std::is_same_v<Exec, host>) expect_aligned(q_sum.data(), "powersgd::decompress (Q payload)");
     const wire::status* st = backend::check_frame(exec, q_sum, fq, "powersgd::decompress (Q payload)");
     const float* sum = reinterpret_cast<const float*>(q_sum.data() + fq.values_offset());
     span<float> q = ops::view(q_);
@@ -454,6 +459,14 @@ class powersgd {
   }
 
   enum class phase { idle, p_sent, q_sent };
+
+  /// Payloads this object writes hold floats that collectives sum in place: 4-byte aligned. On
+  /// the host, received payloads may sit anywhere (they are read with memcpy); the device reads
+  /// them as floats, so there they must be aligned too.
+  static void expect_aligned(const void* payload, const char* what) {
+    GRADZIP_EXPECTS(reinterpret_cast<std::uintptr_t>(payload) % alignof(float) == 0, what,
+                    ": the payload buffer must be 4-byte aligned (its factors are floats), it starts at ", payload);
+  }
 
   powersgd_params params_;
   powersgd_plan plan_;

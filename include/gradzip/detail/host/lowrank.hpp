@@ -159,7 +159,8 @@ struct lowrank_backend<host> {
   /// (The host's decompress runs only after compress_q accepted P, so flags[1] is set.)
   static void average(host&, const float* sum, float* q, std::uint32_t* flags, std::size_t n, float ranks,
                       const wire::status*) {
-    for (std::size_t k = 0; k < n; ++k) q[k] = div_rn(sum[k], ranks);
+    if (n != 0) std::memcpy(q, sum, n * sizeof(float));  // a received payload may sit at any address
+    for (std::size_t k = 0; k < n; ++k) q[k] = div_rn(q[k], ranks);
     flags[0] = 1;
   }
 

@@ -19,6 +19,8 @@
 #include <gradzip/comm/mpi.hpp>
 #include <gradzip/gradzip.hpp>
 
+#include "fashion_mnist.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,50 +36,8 @@
 namespace {
 
 namespace gz = gradzip;
-
-// ---------------------------------------------------------------------------------------------
-// Fashion-MNIST in IDX format (gzipped), as Debian's dataset-fashion-mnist installs it.
-
-struct dataset {
-  std::vector<float> images;  // count x 784, scaled to [0, 1]
-  std::vector<std::uint8_t> labels;
-  std::size_t count = 0;
-};
-
-std::uint32_t big_endian(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
-}
-
-std::vector<unsigned char> read_gz(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw std::runtime_error("cannot open " + path + " (Debian: apt-get install dataset-fashion-mnist)");
-  std::vector<unsigned char> out;
-  unsigned char buffer[1 << 16];
-  int got = 0;
-  while ((got = gzread(f, buffer, sizeof buffer)) > 0) out.insert(out.end(), buffer, buffer + got);
-  gzclose(f);
-  if (got < 0) throw std::runtime_error("cannot decompress " + path);
-  return out;
-}
-
-dataset load(const std::string& dir, const std::string& prefix, std::size_t limit) {
-  const auto images = read_gz(dir + "/" + prefix + "-images-idx3-ubyte.gz");
-  const auto labels = read_gz(dir + "/" + prefix + "-labels-idx1-ubyte.gz");
-  if (images.size() < 16 || big_endian(images.data()) != 0x803 || labels.size() < 8 ||
-      big_endian(labels.data()) != 0x801) {
-    throw std::runtime_error("not IDX image/label files: " + dir + "/" + prefix);
-  }
-  dataset d;
-  d.count = std::min<std::size_t>({big_endian(images.data() + 4), big_endian(labels.data() + 4), limit});
-  if (big_endian(images.data() + 8) != 28 || big_endian(images.data() + 12) != 28 ||
-      images.size() < 16 + d.count * 784 || labels.size() < 8 + d.count) {
-    throw std::runtime_error("unexpected IDX shape in " + dir + "/" + prefix);
-  }
-  d.images.resize(d.count * 784);
-  for (std::size_t i = 0; i < d.images.size(); ++i) d.images[i] = images[16 + i] / 255.0f;
-  d.labels.assign(labels.begin() + 8, labels.begin() + 8 + static_cast<std::ptrdiff_t>(d.count));
-  return d;
-}
+using fashion_mnist::dataset;
+using fashion_mnist::load;
 
 // ---------------------------------------------------------------------------------------------
 // The model: 784 -> 128 (ReLU) -> 10 (softmax cross-entropy), parameters in one flat vector.
@@ -309,12 +269,7 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
+  fashion_mnist::parse_options(argc, argv, [&](const std::string& a, const auto& value) {
     if (a == "--epochs") o.epochs = std::stoi(value());
     else if (a == "--batch") o.batch = std::stoi(value());
     else if (a == "--lr") o.lr = std::stof(value());
@@ -323,8 +278,9 @@ options parse(int argc, char** argv) {
     else if (a == "--csv") o.csv = value();
     else if (a == "--codecs") o.codecs = value();
     else if (a == "--check") o.check = true;
-    else throw std::runtime_error("unknown option " + a);
-  }
+    else return false;
+    return true;
+  });
   if (o.epochs < 1 || o.batch < 1 || !(o.lr > 0.0f)) throw std::runtime_error("--epochs, --batch and --lr must be positive");
   return o;
 }

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(realpath -m "${1:-build-fuzz}")
 shift || true
-all=(sparse dense randomk sketch hashing states partition)
+all=(sparse dense randomk sketch hashing states partition lowrank)
 targets=("${@:-${all[@]}}")
 runs=${RUNS:-10000000}
 jobs=${JOBS:-1}

@@ -9,6 +9,8 @@
 #include "gradzip/codec.hpp"
 #include "gradzip/comm/collective.hpp"
 #include "gradzip/comm/powersgd.hpp"
+#include "gradzip/comm/sparse_cost.hpp"
+#include "gradzip/comm/sparse_sync.hpp"
 #include "gradzip/core/config.hpp"
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"

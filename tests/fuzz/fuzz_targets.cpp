@@ -7,6 +7,8 @@
 //   5 hashing    SimHash configurations; Hadamard-rotated codecs (nested payloads)
 //   6 states     error feedback, momentum correction and Signum restore; majority vote
 //   7 partition  Zen's hash bitmap
+//   8 lowrank    PowerSGD's P and Q payloads and its restore; Zen's sparse_sync parts, reduced
+//                parts, whole payloads and stages, through a communicator that delivers the input
 // In targets 1-4, byte 0 of an input picks one configuration (codec, or sketch entry point) and
 // the rest is the payload: each input costs one decoder, not the family, so a long run reaches
 // 10^7 executions in CPU-minutes, and a mutated byte 0 still feeds one codec another's payload.
@@ -63,7 +65,7 @@ std::vector<float> sample_gradient(std::size_t n, std::uint32_t salt) {
 
 std::vector<std::vector<std::byte>> seeds;
 
-/// A seed for the configuration `which` of targets 1-4: the selector byte, then the payload.
+/// A seed for the configuration `which` of targets 1-4 and 8: the selector byte, then the payload.
 void push_selected(std::size_t which, bytes_t payload) {
   std::vector<std::byte> seed{static_cast<std::byte>(which)};
   seed.insert(seed.end(), payload.begin(), payload.end());
@@ -355,8 +357,151 @@ void fuzz(bytes_t bytes) {
   if (!words.empty()) std::memcpy(words.data(), bytes.data() + 1, words.size() * 8);
   attempt([&] { (void)zen.decode_bitmap(head & 7, n, gz::span<const std::uint64_t>(words)); });
 }
+#elif GRADZIP_FUZZ_TARGET == 8
+// Byte 0 picks the entry point (mod 6); the rest is what arrives.
+const std::vector<std::vector<std::size_t>> buckets{{12, 20}, {12}};
+
+gz::lowrank::powersgd_params powersgd_params() {
+  gz::lowrank::powersgd_params p;
+  p.rank = 2;
+  return p;
+}
+
+/// Two ranks seen from rank 0: rank 1's every contribution is `theirs`.
+class replaying_communicator final : public gz::comm::communicator {
+ public:
+  explicit replaying_communicator(bytes_t theirs) : theirs_(theirs) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override {}
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override {
+    sizes[0] = mine;
+    sizes[1] = theirs_.size();
+  }
+  void allgatherv_bytes(bytes_t mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
+    copy(all.data(), mine);
+    copy(all.data() + mine.size(), theirs_);
+  }
+  void alltoall_sizes(gz::span<const std::uint64_t> mine, gz::span<std::uint64_t> theirs) override {
+    theirs[0] = mine[0];
+    theirs[1] = theirs_.size();
+  }
+  void alltoallv_bytes(bytes_t send, gz::span<const std::uint64_t> send_sizes, gz::span<std::byte> recv,
+                       gz::span<const std::uint64_t>) override {
+    copy(recv.data(), send.subspan(0, send_sizes[0]));
+    copy(recv.data() + send_sizes[0], theirs_);
+  }
+
+ private:
+  static void copy(std::byte* to, bytes_t from) {
+    if (!from.empty()) std::memcpy(to, from.data(), from.size());
+  }
+  bytes_t theirs_;
+};
+
+constexpr gz::comm::sparse_scheme zen_schemes[3] = {gz::comm::sparse_scheme::balanced_parallelism,
+                                                   gz::comm::sparse_scheme::hierarchical_centralization,
+                                                   gz::comm::sparse_scheme::allgather};
+constexpr std::uint64_t zen_n = 300;
+
+/// Rank 1's side of one exchange, captured by a communicator that plays rank 1 and keeps what
+/// it is handed.
+class recording_communicator final : public gz::comm::communicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override {}
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override {
+    sizes[0] = 0;
+    sizes[1] = mine;
+  }
+  void allgatherv_bytes(bytes_t mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
+    record(mine);
+    if (!mine.empty()) std::memcpy(all.data(), mine.data(), mine.size());
+  }
+  void alltoall_sizes(gz::span<const std::uint64_t> mine, gz::span<std::uint64_t> theirs) override {
+    theirs[0] = 0;
+    theirs[1] = mine[1];
+  }
+  void alltoallv_bytes(bytes_t send, gz::span<const std::uint64_t> send_sizes, gz::span<std::byte> recv,
+                       gz::span<const std::uint64_t>) override {
+    record(send.subspan(0, send_sizes[0]));  // the part for rank 0
+    if (send_sizes[1] != 0) std::memcpy(recv.data(), send.data() + send_sizes[0], send_sizes[1]);
+  }
+  std::vector<std::vector<std::byte>> recorded;
+
+ private:
+  void record(bytes_t b) {
+    if (!b.empty()) recorded.emplace_back(b.begin(), b.end());
+  }
+};
+
+void make_seeds() {
+  gz::host exec(1);
+  gz::lowrank::powersgd<float, gz::host> ps(exec, buckets, powersgd_params());
+  const auto g = sample_gradient(ps.size(), 5);
+  std::vector<std::byte> p(ps.payload_bytes(gz::lowrank::factor::p)), q(ps.payload_bytes(gz::lowrank::factor::q));
+  std::vector<float> out = g;
+  ps.compress_p(exec, gz::span<const float>(g), gz::span<std::byte>(p));
+  ps.compress_q(exec, bytes_t(p), gz::span<std::byte>(q));
+  ps.decompress(exec, bytes_t(q), 1, gz::span<float>(out));
+  push_selected(0, bytes_t(p));
+  push_selected(1, bytes_t(q));
+  const std::vector<std::byte> state = ps.save(exec);
+  push_selected(2, bytes_t(state));
+  // What rank 1 sends in each scheme (a part, a reduced part, a stage, a whole payload); the
+  // replay below cannot produce rank 1's answers, so these seed the shapes, and mutation the rest.
+  std::vector<std::uint64_t> idx;
+  std::vector<float> val;
+  for (std::uint64_t i = 1; i < zen_n; i += 3) {
+    idx.push_back(i);
+    val.push_back(static_cast<float>(i) * 0.5f);
+  }
+  for (int s = 0; s < 3; ++s) {
+    recording_communicator rank1;
+    gz::comm::sparse_sync zen(zen_n, 2, 9);
+    std::vector<float> sink(zen_n);
+    attempt([&] {
+      zen.run(rank1, exec, gz::span<const std::uint64_t>(idx), gz::span<const float>(val), gz::span<float>(sink), 1.0f,
+              zen_schemes[s]);
+    });
+    for (const auto& b : rank1.recorded) push_selected(static_cast<std::size_t>(3 + s), bytes_t(b));
+  }
+}
+
+void fuzz(bytes_t bytes) {
+  if (bytes.empty()) return;
+  const unsigned which = static_cast<unsigned>(bytes[0]) % 6;
+  bytes = bytes.subspan(1, bytes.size() - 1);
+  gz::host exec(1);
+  if (which < 3) {
+    gz::lowrank::powersgd<float, gz::host> ps(exec, buckets, powersgd_params());
+    std::vector<float> g(ps.size(), 0.5f);
+    std::vector<std::byte> p(ps.payload_bytes(gz::lowrank::factor::p)), q(ps.payload_bytes(gz::lowrank::factor::q));
+    if (which == 2) {
+      attempt([&] { ps.restore(exec, bytes); });
+      return;
+    }
+    ps.compress_p(exec, gz::span<const float>(g), gz::span<std::byte>(p));
+    if (which == 0) {
+      attempt([&] { ps.compress_q(exec, bytes, gz::span<std::byte>(q)); });
+      return;
+    }
+    ps.compress_q(exec, bytes_t(p), gz::span<std::byte>(q));
+    attempt([&] { ps.decompress(exec, bytes, 2, gz::span<float>(g)); });
+    return;
+  }
+  replaying_communicator comm(bytes);
+  gz::comm::sparse_sync zen(zen_n, 2, 9);
+  std::vector<std::uint64_t> idx{0, 5, 77, 299};
+  std::vector<float> val{1.0f, -2.0f, 3.0f, 4.0f}, out(zen_n, 0.0f);
+  attempt([&] {
+    zen.run(comm, exec, gz::span<const std::uint64_t>(idx), gz::span<const float>(val), gz::span<float>(out), 0.5f,
+            zen_schemes[which - 3]);
+  });
+}
 #else
-#error "define GRADZIP_FUZZ_TARGET as 1..7"
+#error "define GRADZIP_FUZZ_TARGET as 1..8"
 #endif
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/comm/collective.hpp"
 #include "gradzip/comm/powersgd.hpp"
+#include "gradzip/comm/sparse_cost.hpp"
+#include "gradzip/comm/sparse_sync.hpp"
 #include "../../examples/stochastic_bf16.hpp"
 
 using namespace gradzip;
@@ -46,8 +48,11 @@ class thread_communicator final : public comm::communicator {
  public:
   /// `exchange`: whether alltoall_sizes and alltoallv_bytes are this class's own (else the
   /// communicator base's defaults, built on the three required collectives, run).
-  thread_communicator(shared_state& s, int rank, int corrupt_from = -1, bool exchange = true)
-      : s_(s), rank_(rank), corrupt_(corrupt_from), exchange_(exchange) {}
+  /// `corrupt_from`: the rank whose bytes arrive damaged (their first byte), in allgatherv_bytes,
+  /// or in alltoallv_bytes when `corrupt_exchange`.
+  thread_communicator(shared_state& s, int rank, int corrupt_from = -1, bool exchange = true,
+                      bool corrupt_exchange = false)
+      : s_(s), rank_(rank), corrupt_(corrupt_from), exchange_(exchange), corrupt_exchange_(corrupt_exchange) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.ranks; }
 
@@ -99,6 +104,7 @@ class thread_communicator final : public comm::communicator {
       const std::uint64_t size = recv_sizes[static_cast<std::size_t>(r)];
       REQUIRE(starts[static_cast<std::size_t>(r)] + size <= s_.slots[r].size());
       std::memcpy(recv.data() + out, s_.slots[r].data() + starts[static_cast<std::size_t>(r)], size);
+      if (corrupt_exchange_ && r == corrupt_ && size != 0) recv[out] ^= std::byte{0xFF};
       out += size;
     }
     s_.barrier();
@@ -130,7 +136,7 @@ class thread_communicator final : public comm::communicator {
     for (int r = 0; r < s_.ranks; ++r) {
       REQUIRE(s_.slots[r].size() == sizes[static_cast<std::size_t>(r)]);
       std::memcpy(all.data() + at, s_.slots[r].data(), s_.slots[r].size());
-      if (r == corrupt_) all[at] ^= std::byte{0xFF};  // this peer's bytes arrive damaged (its magic)
+      if (!corrupt_exchange_ && r == corrupt_) all[at] ^= std::byte{0xFF};  // this peer's bytes arrive damaged (its magic)
       at += s_.slots[r].size();
     }
     s_.barrier();
@@ -147,17 +153,18 @@ class thread_communicator final : public comm::communicator {
   int rank_;
   int corrupt_;
   bool exchange_;
+  bool corrupt_exchange_;
 };
 
 /// Runs body(rank, communicator) on `ranks` threads; returns each rank's exception message ("" if none).
 std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body,
-                                  bool exchange = true) {
+                                  bool exchange = true, bool corrupt_exchange = false) {
   shared_state s(ranks);
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      thread_communicator c(s, r, corrupt_from, exchange);
+      thread_communicator c(s, r, corrupt_from, exchange, corrupt_exchange);
       try {
         body(r, c);
       } catch (const std::exception& e) {
@@ -492,4 +499,190 @@ TEST_CASE("powersgd_allreducer runs PowerSGD's three allreduces and matches the 
     CHECK(got[r] == expected[1]);
     CHECK(states[r] == by_hand[r].save(exec));
   }
+}
+
+namespace {
+
+/// Rank r's nonzeros: a shared hot set (indices below n / 20, each with probability 1/2) and its
+/// own cold ones (density `density` over the rest), values from the synthetic gradient.
+void sparse_gradient(int r, std::uint64_t n, double density, std::vector<std::uint64_t>& idx, std::vector<float>& val) {
+  idx.clear();
+  val.clear();
+  const auto v = gradzip_tools::synthetic_gradient<float>(static_cast<std::size_t>(n), 700 + r);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t h = hash64(31 + static_cast<std::uint64_t>(r), i);
+    const bool keep = i < n / 20 ? (h & 1) != 0 : static_cast<double>(h >> 11) / 9007199254740992.0 < density;
+    if (keep) {
+      idx.push_back(i);
+      val.push_back(v[i]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sparse_sync (Zen) sums sparse gradients bit for bit as a dense sum in rank order, in fewer bytes",
+          "[collective][sparse_sync]") {
+  for (const int ranks : {1, 3, 4, 6}) {  // 3 and 6: ranks folded into the hierarchy
+    for (const double density : {0.001, 0.02, 0.3}) {  // COO, delta-varint and bitmap parts
+      INFO(ranks << " ranks, density " << density);
+      const std::uint64_t n = 60001;
+      std::vector<std::vector<std::uint64_t>> idx(ranks);
+      std::vector<std::vector<float>> val(ranks);
+      for (int r = 0; r < ranks; ++r) sparse_gradient(r, n, density, idx[r], val[r]);
+      std::vector<float> sum(n, 0.0f);
+      for (int r = 0; r < ranks; ++r) {  // in rank order, from zero, as the owner sums
+        for (std::size_t j = 0; j < idx[r].size(); ++j) sum[idx[r][j]] += val[r][j];
+      }
+      std::vector<float> start = gradzip_tools::synthetic_gradient<float>(n, 3), expected = start;
+      for (std::uint64_t i = 0; i < n; ++i) expected[i] = fmaf(0.25f, sum[i], expected[i]);
+      std::vector<std::vector<float>> got(ranks, start), gathered(ranks, start), tree(ranks, start);
+      std::vector<comm::sparse_sync_traffic> zen_bytes(ranks), gather_bytes(ranks);
+      std::vector<std::vector<std::uint64_t>> levels(ranks);
+      comm::sparsity_profile profile;
+      const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& c) {
+        host e(1);
+        comm::sparse_sync zen(n, ranks, 99);
+        zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(got[r]), 0.25f);
+        zen_bytes[r] = zen.last_traffic();
+        zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(gathered[r]), 0.25f,
+                comm::sparse_scheme::allgather);
+        gather_bytes[r] = zen.last_traffic();
+        zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(tree[r]), 0.25f,
+                comm::sparse_scheme::hierarchical_centralization);
+        levels[r] = zen.hierarchy_levels();
+        if (r == 0) profile = zen.profile();
+      });
+      // Hierarchical Centralization sums in a tree, ((v0 + v1) + (v2 + v3)) at 4 ranks: within
+      // (P - 1) 2^-24 sum |v| of the rank-order sum, and the same bits on every rank.
+      for (std::uint64_t i = 0; i < n; ++i) {
+        float magnitude = 0.0f;
+        for (int r = 0; r < ranks; ++r) {
+          const auto it = std::lower_bound(idx[r].begin(), idx[r].end(), i);
+          if (it != idx[r].end() && *it == i) magnitude += std::fabs(val[r][static_cast<std::size_t>(it - idx[r].begin())]);
+        }
+        const double bound = 2.0 * (ranks - 1) * std::ldexp(1.0, -24) * (0.25 * magnitude + std::fabs(start[i])) + 1e-30;
+        REQUIRE(std::fabs(static_cast<double>(tree[0][i]) - expected[i]) <= bound);
+      }
+      for (int r = 0; r < ranks; ++r) {
+        INFO("rank " << r << ": Zen received " << zen_bytes[r].received() << " bytes, the allgather "
+                     << gather_bytes[r].received());
+        CHECK(errors[r].empty());
+        CHECK(got[r] == expected);
+        CHECK(gathered[r] == expected);  // both schemes sum in rank order
+        CHECK(tree[r] == tree[0]);
+        // Zen receives about (P - 1) / P (nnz + union) entries, the allgather (P - 1) nnz: with
+        // these gradients (union near P nnz at density 0.3) Zen wins from 4 ranks on, not at 3.
+        // At density 0.001 the frames (about 160 bytes per part) dominate.
+        if (ranks == 4 && density >= 0.02) CHECK(zen_bytes[r].received() < gather_bytes[r].received());
+      }
+      if (ranks == 4) {  // rank 0's aggregate after each doubling: the union of ranks {0, 1}, then of all
+        std::vector<std::uint64_t> u01, all;
+        std::set_union(idx[0].begin(), idx[0].end(), idx[1].begin(), idx[1].end(), std::back_inserter(u01));
+        all = u01;
+        for (int r = 2; r < 4; ++r) {
+          std::vector<std::uint64_t> next;
+          std::set_union(all.begin(), all.end(), idx[r].begin(), idx[r].end(), std::back_inserter(next));
+          all.swap(next);
+        }
+        CHECK(levels[0] == std::vector<std::uint64_t>{u01.size(), all.size()});
+        // The cost model, from rank 0's profile, predicts the bytes the ranks received (mean
+        // over ranks) within 10 %.
+        const comm::scheme_costs model = comm::estimate(profile, comm::link_model{});
+        double zen_mean = 0, gather_mean = 0;
+        for (int r = 0; r < ranks; ++r) {
+          zen_mean += static_cast<double>(zen_bytes[r].received()) / ranks;
+          gather_mean += static_cast<double>(gather_bytes[r].received()) / ranks;
+        }
+        INFO("model: Zen " << model.bytes[2] << " B, allgather " << model.bytes[1] << " B; measured " << zen_mean
+                           << " and " << gather_mean);
+        CHECK(std::fabs(model.bytes[2] / zen_mean - 1.0) < 0.10);
+        CHECK(std::fabs(model.bytes[1] / gather_mean - 1.0) < 0.10);
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse_sync names the rank whose part or reduced part is bad, on every rank, and changes nothing",
+          "[collective][sparse_sync]") {
+  const int ranks = 4;
+  const std::uint64_t n = 20000;
+  struct damage {
+    comm::sparse_scheme scheme;
+    bool in_exchange;  // the alltoallv (parts, stages), else the allgatherv (reduced parts)
+    const char* named;
+  };
+  for (const damage d : {damage{comm::sparse_scheme::balanced_parallelism, true, "part from rank 2"},
+                         damage{comm::sparse_scheme::balanced_parallelism, false, "reduced part from rank 2"},
+                         damage{comm::sparse_scheme::hierarchical_centralization, true, "stage payload from rank 2"},
+                         damage{comm::sparse_scheme::allgather, false, "payload from rank 2"}}) {
+    INFO("expecting \"" << d.named << "\"");
+    std::vector<std::vector<float>> out(ranks, std::vector<float>(n, 1.0f));
+    const auto errors = on_ranks(ranks, 2, [&](int r, comm::communicator& c) {
+      host e(1);
+      comm::sparse_sync zen(n, ranks, 5);
+      std::vector<std::uint64_t> idx;
+      std::vector<float> val;
+      sparse_gradient(r, n, 0.05, idx, val);
+      zen.run(c, e, span<const std::uint64_t>(idx), span<const float>(val), span<float>(out[r]), 1.0f, d.scheme);
+    }, true, d.in_exchange);
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      CHECK(errors[r].find(d.named) != std::string::npos);
+      CHECK(out[r] == std::vector<float>(n, 1.0f));
+    }
+  }
+}
+
+TEST_CASE("sparse_sync rejects bad arguments by name", "[collective][sparse_sync]") {
+  CHECK_THROWS_WITH(comm::sparse_sync(10, 0), Catch::Contains("ranks must be >= 1, got 0"));
+  const auto errors = on_ranks(2, -1, [&](int, comm::communicator& c) {
+    host e(1);
+    comm::sparse_sync zen(100, 2);
+    std::vector<float> out(100), v = {1.0f, 2.0f};
+    std::vector<std::uint64_t> unsorted = {5, 3}, past = {5, 100};
+    CHECK_THROWS_WITH(zen.run(c, e, span<const std::uint64_t>(unsorted), span<const float>(v), span<float>(out)),
+                      Catch::Contains("index 1 (3) is not increasing"));
+    CHECK_THROWS_WITH(zen.run(c, e, span<const std::uint64_t>(past), span<const float>(v), span<float>(out)),
+                      Catch::Contains("below n = 100"));
+    std::vector<float> small(99);
+    CHECK_THROWS_WITH(zen.run(c, e, span<const std::uint64_t>(), span<const float>(), span<float>(small)),
+                      Catch::Contains("output has 99 elements, expected 100"));
+  });
+  CHECK(errors[0].empty());
+}
+
+TEST_CASE("Zen's cost model reaches the paper's conclusions, and its extrapolation fits what it measured",
+          "[collective][sparse_sync]") {
+  const std::uint64_t n = 1 << 24;
+  const double nnz = 20000;
+  const comm::link_model link{0.0, 12.5e9, 0.0};  // the paper's model: bandwidth only
+  auto profile = [&](int ranks, bool overlap) {
+    comm::sparsity_profile p{n, ranks, nnz, {}};
+    for (int k = 1; k <= ranks; k *= 2) p.unions.push_back(overlap ? nnz : nnz * k);
+    return p;
+  };
+  // Full overlap: Balanced Parallelism receives about 2 nnz, the hierarchy log2 P nnz.
+  CHECK(comm::estimate(profile(16, true), link).best == comm::sync_choice::balanced_parallelism);
+  // No overlap: the hierarchy receives (P - 1) nnz, Balanced Parallelism (P - 1)(1 + 1 / P) nnz.
+  const comm::scheme_costs disjoint = comm::estimate(profile(16, false), link);
+  CHECK(disjoint.bytes[3] < disjoint.bytes[2]);
+  // Every element nonzero on every rank: dense allreduce wins (Balanced Parallelism moves the
+  // same values plus bitmaps; at half density it would still win, with bitmaps for indices).
+  comm::sparsity_profile dense{n, 16, static_cast<double>(n), std::vector<double>(5, static_cast<double>(n))};
+  CHECK(comm::estimate(dense, link).best == comm::sync_choice::dense_allreduce);
+  // Messages count: at 1,024 ranks with few nonzeros, the hierarchy's 10 messages beat Balanced
+  // Parallelism's 2,046 (0.5 us each) even at full overlap.
+  CHECK(comm::estimate(profile(1024, true), comm::link_model{5e-6, 12.5e9, 5e-7}).best ==
+        comm::sync_choice::hierarchical_centralization);
+  CHECK(comm::estimate(profile(16, true), comm::link_model{5e-6, 12.5e9, 5e-7}).best ==
+        comm::sync_choice::balanced_parallelism);
+  // The extrapolation reproduces its input's last union, and unions grow with the rank count.
+  comm::sparsity_profile measured{n, 8, nnz, {nnz, 30000, 38000, 42000}};
+  const comm::sparsity_profile same = comm::extrapolate(measured, 8);
+  CHECK(std::fabs(same.unions.back() / 42000.0 - 1.0) < 1e-6);
+  const comm::sparsity_profile big = comm::extrapolate(measured, 1024);
+  CHECK(big.unions.size() == 11);
+  for (std::size_t i = 1; i < big.unions.size(); ++i) CHECK(big.unions[i] >= big.unions[i - 1]);
+  CHECK_THROWS_WITH(comm::extrapolate(measured, 0), Catch::Contains("ranks must be >= 1, got 0"));
 }

@@ -228,8 +228,9 @@ inline float zen_value(const zen_part_view& v, std::uint64_t j) {
 
 /// Bytes this rank moved in the last step, by phase (its own part, which stays local, excluded).
 struct sparse_sync_traffic {
-  std::uint64_t scatter_sent = 0, scatter_received = 0;  ///< step 2 (alltoallv)
+  std::uint64_t scatter_sent = 0, scatter_received = 0;  ///< step 2 (alltoallv); the hierarchy's stages
   std::uint64_t gather_sent = 0, gather_received = 0;    ///< step 4: the reduced part, to each of P - 1 ranks
+  std::uint64_t union_entries = 0;                       ///< indices in the union of all ranks' nonzeros
   std::uint64_t sent() const { return scatter_sent + gather_sent; }
   std::uint64_t received() const { return scatter_received + gather_received; }
 };
@@ -444,6 +445,7 @@ class sparse_sync {
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const detail::zen_part_view& v = views_[q];
       const std::uint64_t* part_members = members_.data() + start_[q];
+      traffic_.union_entries += v.frame.k;
       (void)detail::for_each_position(v, [&](std::uint64_t j, std::uint64_t pos) {  // validated already
         add_scaled(out[part_members[pos]], detail::zen_value(v, j), alpha);
       });
@@ -495,6 +497,7 @@ class sparse_sync {
     union_.assign(1, indices.size());
     union_.insert(union_.end(), levels_.begin(), levels_.end());
     if ((p & (p - 1)) != 0) union_.push_back(positions_.size());
+    traffic_.union_entries = positions_.size();
     for (std::size_t j = 0; j < positions_.size(); ++j) add_scaled(out[positions_[j]], values_[j], alpha);
   }
 
@@ -575,7 +578,10 @@ class sparse_sync {
     }
     sum_in_rank_order(n_);
     for (std::uint64_t i = 0; i < n_; ++i) {
-      if (touched_[i] != 0) add_scaled(out[i], sums_[i], alpha);
+      if (touched_[i] != 0) {
+        add_scaled(out[i], sums_[i], alpha);
+        ++traffic_.union_entries;
+      }
     }
   }
 

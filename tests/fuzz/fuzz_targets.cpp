@@ -376,7 +376,9 @@ class replaying_communicator final : public gz::comm::communicator {
   void allreduce_sum(void*, std::size_t, gz::element_type) override {}
   void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override {
     sizes[0] = mine;
-    sizes[1] = theirs_.size();
+    // A verdict (0, or the top bit set; a payload is never empty) is rank 1's "all well", so
+    // that the apply paths after the verdict are reached; a size is the input's.
+    sizes[1] = mine == 0 || mine >> 63 != 0 ? 0 : theirs_.size();
   }
   void allgatherv_bytes(bytes_t mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
     copy(all.data(), mine);

@@ -50,9 +50,11 @@ class thread_communicator final : public comm::communicator {
   /// communicator base's defaults, built on the three required collectives, run).
   /// `corrupt_from`: the rank whose bytes arrive damaged (their first byte), in allgatherv_bytes,
   /// or in alltoallv_bytes when `corrupt_exchange`.
+  /// `corrupt_at`: the only rank that receives them damaged (-1: every rank).
   thread_communicator(shared_state& s, int rank, int corrupt_from = -1, bool exchange = true,
-                      bool corrupt_exchange = false)
-      : s_(s), rank_(rank), corrupt_(corrupt_from), exchange_(exchange), corrupt_exchange_(corrupt_exchange) {}
+                      bool corrupt_exchange = false, int corrupt_at = -1)
+      : s_(s), rank_(rank), corrupt_(corrupt_from), exchange_(exchange), corrupt_exchange_(corrupt_exchange),
+        corrupt_at_(corrupt_at) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.ranks; }
 
@@ -104,7 +106,7 @@ class thread_communicator final : public comm::communicator {
       const std::uint64_t size = recv_sizes[static_cast<std::size_t>(r)];
       REQUIRE(starts[static_cast<std::size_t>(r)] + size <= s_.slots[r].size());
       std::memcpy(recv.data() + out, s_.slots[r].data() + starts[static_cast<std::size_t>(r)], size);
-      if (corrupt_exchange_ && r == corrupt_ && size != 0) recv[out] ^= std::byte{0xFF};
+      if (corrupt_exchange_ && r == corrupt_ && size != 0 && damaged_here()) recv[out] ^= std::byte{0xFF};
       out += size;
     }
     s_.barrier();
@@ -136,7 +138,7 @@ class thread_communicator final : public comm::communicator {
     for (int r = 0; r < s_.ranks; ++r) {
       REQUIRE(s_.slots[r].size() == sizes[static_cast<std::size_t>(r)]);
       std::memcpy(all.data() + at, s_.slots[r].data(), s_.slots[r].size());
-      if (!corrupt_exchange_ && r == corrupt_) all[at] ^= std::byte{0xFF};  // this peer's bytes arrive damaged (its magic)
+      if (!corrupt_exchange_ && r == corrupt_ && damaged_here()) all[at] ^= std::byte{0xFF};  // its magic, damaged
       at += s_.slots[r].size();
     }
     s_.barrier();
@@ -151,20 +153,23 @@ class thread_communicator final : public comm::communicator {
 
   shared_state& s_;
   int rank_;
+  bool damaged_here() const { return corrupt_at_ < 0 || corrupt_at_ == rank_; }
+
   int corrupt_;
   bool exchange_;
   bool corrupt_exchange_;
+  int corrupt_at_;
 };
 
 /// Runs body(rank, communicator) on `ranks` threads; returns each rank's exception message ("" if none).
 std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body,
-                                  bool exchange = true, bool corrupt_exchange = false) {
+                                  bool exchange = true, bool corrupt_exchange = false, int corrupt_at = -1) {
   shared_state s(ranks);
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      thread_communicator c(s, r, corrupt_from, exchange, corrupt_exchange);
+      thread_communicator c(s, r, corrupt_from, exchange, corrupt_exchange, corrupt_at);
       try {
         body(r, c);
       } catch (const std::exception& e) {
@@ -557,7 +562,10 @@ TEST_CASE("sparse_sync (Zen) sums sparse gradients bit for bit as a dense sum in
         zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(tree[r]), 0.25f,
                 comm::sparse_scheme::hierarchical_centralization);
         levels[r] = zen.hierarchy_levels();
-        if (r == 0) profile = zen.profile();
+        if (r == 0 && (ranks & (ranks - 1)) == 0) profile = zen.profile();
+        if (r == 0 && (ranks & (ranks - 1)) != 0) {
+          CHECK_THROWS_WITH(zen.profile(), Catch::Contains("needs a power-of-two rank count, got " + std::to_string(ranks)));
+        }
       });
       // Hierarchical Centralization sums in a tree, ((v0 + v1) + (v2 + v3)) at 4 ranks: within
       // (P - 1) 2^-24 sum |v| of the rank-order sum, and the same bits on every rank.
@@ -620,11 +628,12 @@ TEST_CASE("sparse_sync names the rank whose part or reduced part is bad, on ever
     bool in_exchange;  // the alltoallv (parts, stages), else the allgatherv (reduced parts)
     const char* named;
   };
-  for (const damage d : {damage{comm::sparse_scheme::balanced_parallelism, true, "part from rank 2"},
+  for (const int at : {-1, 0, 3}) {  // damaged on the way to every rank, or to rank 0 or 3 only
+  for (const damage d : {damage{comm::sparse_scheme::balanced_parallelism, true, "the part from rank 2"},
                          damage{comm::sparse_scheme::balanced_parallelism, false, "reduced part from rank 2"},
                          damage{comm::sparse_scheme::hierarchical_centralization, true, "stage payload from rank 2"},
                          damage{comm::sparse_scheme::allgather, false, "payload from rank 2"}}) {
-    INFO("expecting \"" << d.named << "\"");
+    INFO("expecting \"" << d.named << "\", damaged at " << at);
     std::vector<std::vector<float>> out(ranks, std::vector<float>(n, 1.0f));
     const auto errors = on_ranks(ranks, 2, [&](int r, comm::communicator& c) {
       host e(1);
@@ -633,12 +642,13 @@ TEST_CASE("sparse_sync names the rank whose part or reduced part is bad, on ever
       std::vector<float> val;
       sparse_gradient(r, n, 0.05, idx, val);
       zen.run(c, e, span<const std::uint64_t>(idx), span<const float>(val), span<float>(out[r]), 1.0f, d.scheme);
-    }, true, d.in_exchange);
+    }, true, d.in_exchange, at);
     for (int r = 0; r < ranks; ++r) {
       INFO("rank " << r << ": " << errors[r]);
       CHECK(errors[r].find(d.named) != std::string::npos);
       CHECK(out[r] == std::vector<float>(n, 1.0f));
     }
+  }
   }
 }
 

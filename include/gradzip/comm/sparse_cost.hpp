@@ -138,10 +138,13 @@ inline scheme_costs estimate(const sparsity_profile& p, const link_model& link) 
 
 /// The profile at another rank count: the same nnz per rank, and unions from the model
 /// u_k = U (1 - (1 - nnz / U)^k), with the effective universe U fitted to the largest measured
-/// union (ranks draw their nonzeros independently from U indices). U >= n means no fit: then
-/// U = n.
+/// union (ranks draw their nonzeros independently from U indices). When no U <= n fits (a
+/// profile of one rank, whose only union is its nnz, among them), U = n.
 inline sparsity_profile extrapolate(const sparsity_profile& measured, int ranks) {
   GRADZIP_EXPECTS(ranks >= 1, "extrapolate: ranks must be >= 1, got ", ranks);
+  GRADZIP_EXPECTS(!measured.unions.empty() && measured.ranks >= 1 && measured.n >= 1,
+                  "extrapolate: the measured profile needs n >= 1, ranks >= 1 and its unions (n = ", measured.n,
+                  ", ranks = ", measured.ranks, ", ", measured.unions.size(), " unions)");
   const double nnz = measured.nnz, k = measured.ranks, u = measured.unions.back();
   // Solve U (1 - (1 - nnz / U)^k) = u for U in [u, n] by bisection (the left side grows with U).
   double lo = std::fmax(u, nnz), hi = static_cast<double>(measured.n);
@@ -156,7 +159,9 @@ inline sparsity_profile extrapolate(const sparsity_profile& measured, int ranks)
   }
   const double U = lo;
   sparsity_profile out{measured.n, ranks, nnz, {}};
-  for (int level = 1; level <= ranks; level *= 2) out.unions.push_back(U * (1.0 - std::pow(1.0 - nnz / U, level)));
+  for (std::int64_t level = 1; level <= ranks; level *= 2) {
+    out.unions.push_back(U * (1.0 - std::pow(1.0 - nnz / U, static_cast<double>(level))));
+  }
   if ((ranks & (ranks - 1)) != 0) out.unions.push_back(U * (1.0 - std::pow(1.0 - nnz / U, ranks)));
   return out;
 }

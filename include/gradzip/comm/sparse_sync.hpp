@@ -26,8 +26,9 @@
  * cannot merge a part says so in its reduced part, so that no rank waits in a collective its
  * peers have left. Host executor; the communicator's buffers are host memory.
  *
- * Memory: 12 bytes per index of [0, n) for the member tables (built once), plus scratch for a
- * step's parts, sized by the nonzeros.
+ * Memory: 12 bytes per index of [0, n) for the member tables (built once), plus per step the
+ * parts (sized by the nonzeros) and a sum and a flag (5 bytes) per index of the universe the
+ * step sums over: n / P for Balanced Parallelism, n for the allgather scheme.
  *
  * @code
  * gradzip::comm::sparse_sync zen(n, comm.size(), seed);
@@ -166,6 +167,7 @@ inline wire::status check_zen_part(const std::uint8_t* bytes, std::uint64_t size
   wire::status s = wire::parse_header(bytes, size, h);
   if (!s.ok()) return s;
   if (h.total_bytes != size) return wire::fail(format_errc::trailing_bytes, size - h.total_bytes, h.total_bytes);
+  if (h.flags != 0) return wire::fail(format_errc::unknown_flags, h.flags);  // parts are never sealed
   const std::uint8_t encoding = h.codec.indices;
   if (h.codec.transform != 0 || h.codec.structure != zen_part_id || h.codec.values != 0 ||
       (encoding != encode::coo::id && encoding != encode::bitmap::id && encoding != encode::delta_varint::id)) {
@@ -199,7 +201,11 @@ inline wire::status check_zen_part(const std::uint8_t* bytes, std::uint64_t size
   z.k = wire::detail::load_le(p + 16, 8);
   z.encoding = encoding;
   z.index_bytes = h.sections[1].size;
-  if (z.failed > 1) return wire::fail(format_errc::bad_params, 9, z.failed);
+  // Only reduced parts and stages report failures, with a code that exists.
+  if (z.failed > 1 || (z.failed == 1 && phase != 1 && phase != 3)) return wire::fail(format_errc::bad_params, 9, z.failed);
+  if (z.code > static_cast<std::uint16_t>(format_errc::step_incomplete)) {
+    return wire::fail(format_errc::bad_params, 10, z.code);
+  }
   if (z.failed == 0 && (z.code != 0 || z.culprit != 0)) return wire::fail(format_errc::nonzero_reserved, at + 10);
   if (z.failed == 1 && (z.code == 0 || z.culprit >= ranks)) return wire::fail(format_errc::bad_params, 10, z.code);
   if (z.k > members || (z.failed == 1 && z.k != 0)) return wire::fail(format_errc::count_overflow, z.k, members);
@@ -256,7 +262,11 @@ class sparse_sync {
     position_.resize(static_cast<std::size_t>(n));
     std::vector<std::uint64_t> count(parts, 0);
     for (std::uint64_t i = 0; i < n; ++i) position_[i] = static_cast<std::uint32_t>(count[partition_.part_of(i)]++);
-    for (std::size_t p = 0; p < parts; ++p) start_[p + 1] = start_[p] + count[p];
+    for (std::size_t p = 0; p < parts; ++p) {
+      GRADZIP_EXPECTS(count[p] <= 0x100000000ull, "sparse_sync: part ", p, " has ", count[p],
+                      " members, more than 32-bit positions address (n = ", n, ", ranks = ", ranks, ")");
+      start_[p + 1] = start_[p] + count[p];
+    }
     members_.resize(static_cast<std::size_t>(n));
     for (std::uint64_t i = 0; i < n; ++i) {
       const std::uint32_t p = partition_.part_of(i);
@@ -279,9 +289,11 @@ class sparse_sync {
   const std::vector<std::uint64_t>& hierarchy_levels() const noexcept { return levels_; }
 
   /// The sparsity profile Zen's cost model needs (comm/sparse_cost.hpp), from the last
-  /// hierarchical_centralization step on this rank: its nnz, the unions of 2, 4, ... ranks, and
-  /// the union of all. Meaningful on ranks below the largest power of two <= P (rank 0 is).
+  /// hierarchical_centralization step on this rank: its nnz and the unions of 2, 4, ..., P
+  /// ranks. Only when P is a power of two: otherwise the stages carry folded-in ranks, and their
+  /// sizes are not the unions the model wants.
   sparsity_profile profile() const {
+    GRADZIP_EXPECTS((ranks_ & (ranks_ - 1)) == 0, "sparse_sync::profile: needs a power-of-two rank count, got ", ranks_);
     GRADZIP_EXPECTS(!union_.empty(), "sparse_sync::profile: no hierarchical_centralization step has run");
     sparsity_profile p{n_, ranks_, static_cast<double>(union_[0]), {}};
     for (std::uint64_t u : union_) p.unions.push_back(static_cast<double>(u));
@@ -305,6 +317,8 @@ class sparse_sync {
     }
     me_ = static_cast<std::uint32_t>(comm.rank());
     traffic_ = {};
+    failure_ = wire::status{};
+    failure_rank_ = 0;
     if (scheme == sparse_scheme::hierarchical_centralization) {
       run_hierarchy(comm, exec, indices, values, out, alpha);
       return;
@@ -315,13 +329,13 @@ class sparse_sync {
       mine_.clear();
       encode_part(exec, static_cast<std::uint32_t>(ranks_), me_, 2, n_, positions_, values_, mine_);
       gather(comm);
-      apply_whole(out, alpha);
+      apply_whole(comm, out, alpha);
       return;
     }
     scatter(comm, exec, indices, values, me_);
     reduce(exec, reinterpret_cast<const std::uint8_t*>(recv_.data()), me_);
     gather(comm);
-    apply(out, alpha);
+    apply(comm, out, alpha);
   }
 
  private:
@@ -424,24 +438,26 @@ class sparse_sync {
                           span<const std::uint64_t>(gathered_sizes_));
   }
 
-  // Step 5: validate all reduced parts (and what their owners report), then apply them.
-  void apply(span<float> out, float alpha) {
+  // Step 5: validate all reduced parts (and what their owners report), agree, then apply them.
+  void apply(communicator& comm, span<float> out, float alpha) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(gathered_.data());
     std::uint64_t at = 0;
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const wire::status s = detail::check_zen_part(bytes + at, gathered_sizes_[q], q, q, 1, members(q),
                                                     static_cast<std::uint32_t>(ranks_), views_[q]);
       at += gathered_sizes_[q];
-      if (!s.ok()) fail(s, gradzip::detail::concat("sparse_sync: reduced part from rank ", q));
+      note_failure(s, q, failure_kind::reduced_part);
     }
-    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
+    for (std::uint32_t q = 0; failure_.ok() && q < static_cast<std::uint32_t>(ranks_); ++q) {
       const detail::zen_part& z = views_[q].frame;
       if (z.failed == 0) continue;
-      if (q == me_) fail(bad_, gradzip::detail::concat("sparse_sync: part from rank ", z.culprit));
-      throw format_error(static_cast<wire::format_errc>(z.code),
-                         gradzip::detail::concat("sparse_sync: rank ", q, " rejected the part from rank ", z.culprit, ": ",
-                                                 wire::describe(static_cast<wire::format_errc>(z.code))));
+      if (q == me_) {
+        note_failure(bad_, bad_rank_, failure_kind::part);
+      } else {
+        note_failure(wire::fail(static_cast<wire::format_errc>(z.code)), z.culprit, failure_kind::part);
+      }
     }
+    agree(comm);
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const detail::zen_part_view& v = views_[q];
       const std::uint64_t* part_members = members_.data() + start_[q];
@@ -452,18 +468,62 @@ class sparse_sync {
     }
   }
 
+  /// What a rank rejected, for the verdicts: the kinds of message.
+  enum class failure_kind : std::uint8_t { part = 0, reduced_part = 1, payload = 2, stage_payload = 3 };
+  static const char* kind_name(std::uint64_t kind) {
+    switch (kind) {
+      case 0: return "part";
+      case 1: return "reduced part";
+      case 2: return "payload";
+      case 3: return "stage payload";
+      default: return "message";
+    }
+  }
+
+  /// Keeps the first failure of the step.
+  void note_failure(const wire::status& s, std::uint32_t sender, failure_kind kind) {
+    if (s.ok() || !failure_.ok()) return;
+    failure_ = s;
+    failure_rank_ = sender;
+    failure_kind_ = kind;
+  }
+
+  /// Every rank's verdict on what it received (8 bytes each, allgathered), so that all ranks
+  /// throw, naming the sender, or none does: a message damaged on its way to one rank only must
+  /// not leave the others applying the step. This rank's own failure comes first, with its
+  /// full message.
+  void agree(communicator& comm) {
+    const std::uint64_t mine =
+        failure_.ok() ? 0
+                      : std::uint64_t{1} << 63 | static_cast<std::uint64_t>(failure_kind_) << 56 |
+                            (static_cast<std::uint64_t>(failure_.code) & 0xFFFFFFu) << 32 | failure_rank_;
+    verdicts_.resize(static_cast<std::size_t>(ranks_));
+    comm.allgather_sizes(mine, span<std::uint64_t>(verdicts_));
+    if (!failure_.ok()) {
+      fail(failure_, gradzip::detail::concat("sparse_sync: the ", kind_name(static_cast<std::uint64_t>(failure_kind_)),
+                                             " from rank ", failure_rank_));
+    }
+    for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
+      const std::uint64_t v = verdicts_[r];
+      if (v == 0) continue;
+      const auto code = static_cast<wire::format_errc>((v >> 32) & 0xFFFFFFu);
+      throw format_error(code, gradzip::detail::concat("sparse_sync: rank ", r, " rejected the ",
+                                                       kind_name((v >> 56) & 0x7Fu), " from rank ", v & 0xFFFFFFFFu,
+                                                       ": ", wire::describe(code)));
+    }
+  }
+
   // Hierarchical Centralization (Zen's Definition 7; SparCML's recursive doubling): over the
   // largest power of two q <= P, log2 q stages in which rank r and rank r xor 2^s swap their
-  // aggregates and both merge them (a + b equals b + a, so every rank ends with the same sums).
+  // aggregates and both merge them, the lower rank's aggregate first (so every rank adds the
+  // same operands in the same order, and ends with the same bits).
   // Ranks q .. P - 1 first hand their nonzeros to rank r - q and get the result back at the end.
   // Each stage is one alltoallv with a single nonempty part. A bad stage payload is carried
-  // forward as a failure, and a last allgather of every rank's verdict makes all ranks throw.
+  // forward as a failure, and the verdicts (agree) make all ranks throw.
   void run_hierarchy(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values,
                      span<float> out, float alpha) {
     positions_.assign(indices.begin(), indices.end());
     values_.assign(values.begin(), values.end());
-    failure_ = wire::status{};
-    failure_rank_ = 0;
     levels_.clear();
     const std::uint32_t p = static_cast<std::uint32_t>(ranks_);
     std::uint32_t q = 1;
@@ -471,32 +531,25 @@ class sparse_sync {
     const std::uint32_t extra = p - q;
     std::uint32_t stage = 0;
     constexpr std::int64_t none = -1;
-    // Fold the ranks past q into the first ones.
-    exchange(comm, exec, stage++, me_ >= q ? static_cast<std::int64_t>(me_ - q) : none,
-             me_ < extra ? static_cast<std::int64_t>(me_ + q) : none, true);
+    // Fold the ranks past q into the first ones (every rank knows whether there are any).
+    if (extra != 0) {
+      exchange(comm, exec, stage, me_ >= q ? static_cast<std::int64_t>(me_ - q) : none,
+               me_ < extra ? static_cast<std::int64_t>(me_ + q) : none, true);
+    }
+    ++stage;
     for (std::uint32_t bit = 1; bit < q; bit *= 2) {
       const std::int64_t partner = me_ < q ? static_cast<std::int64_t>(me_ ^ bit) : none;
       exchange(comm, exec, stage++, partner, partner, true);
       if (me_ < q) levels_.push_back(positions_.size());
     }
     // Serve the folded ranks.
-    exchange(comm, exec, stage++, me_ < extra ? static_cast<std::int64_t>(me_ + q) : none,
-             me_ >= q ? static_cast<std::int64_t>(me_ - q) : none, false);
-    // Every rank's verdict, so that all throw or none does.
-    const std::uint64_t verdict = failure_.ok() ? 0 : (std::uint64_t{1} << 63) |
-                                                          (static_cast<std::uint64_t>(failure_.code) << 32) | failure_rank_;
-    comm.allgather_sizes(verdict, span<std::uint64_t>(gathered_sizes_));
-    for (std::uint32_t r = 0; r < p; ++r) {
-      const std::uint64_t v = gathered_sizes_[r];
-      if (v == 0) continue;
-      const auto code = static_cast<wire::format_errc>((v >> 32) & 0x7FFFFFFFu);
-      if (r == me_) fail(failure_, gradzip::detail::concat("sparse_sync: stage payload from rank ", failure_rank_));
-      throw format_error(code, gradzip::detail::concat("sparse_sync: rank ", r, " rejected a stage payload from rank ",
-                                                       v & 0xFFFFFFFFu, ": ", wire::describe(code)));
+    if (extra != 0) {
+      exchange(comm, exec, stage, me_ < extra ? static_cast<std::int64_t>(me_ + q) : none,
+               me_ >= q ? static_cast<std::int64_t>(me_ - q) : none, false);
     }
+    agree(comm);
     union_.assign(1, indices.size());
     union_.insert(union_.end(), levels_.begin(), levels_.end());
-    if ((p & (p - 1)) != 0) union_.push_back(positions_.size());
     traffic_.union_entries = positions_.size();
     for (std::size_t j = 0; j < positions_.size(); ++j) add_scaled(out[positions_[j]], values_[j], alpha);
   }
@@ -516,6 +569,11 @@ class sparse_sync {
     recv_.resize(static_cast<std::size_t>(total));
     comm.alltoallv_bytes(span<const std::byte>(send_), span<const std::uint64_t>(sizes_), span<std::byte>(recv_),
                          span<const std::uint64_t>(theirs_));
+    for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {  // only the partner may send
+      if (theirs_[r] != 0 && static_cast<std::int64_t>(r) != from) {
+        note_failure(wire::fail(wire::format_errc::trailing_bytes, theirs_[r], 0), r, failure_kind::stage_payload);
+      }
+    }
     if (from < 0) return;
     const auto sender = static_cast<std::uint32_t>(from);
     traffic_.scatter_received += theirs_[sender];
@@ -527,13 +585,11 @@ class sparse_sync {
                                                   static_cast<std::uint32_t>(ranks_), v);
     if (!failure_.ok()) return;  // already failed: keep the first failure
     if (!s.ok()) {
-      failure_ = s;
-      failure_rank_ = sender;
+      note_failure(s, sender, failure_kind::stage_payload);
       return;
     }
     if (v.frame.failed) {  // a failure upstream: carry it
-      failure_ = wire::fail(static_cast<wire::format_errc>(v.frame.code));
-      failure_rank_ = v.frame.culprit;
+      note_failure(wire::fail(static_cast<wire::format_errc>(v.frame.code)), v.frame.culprit, failure_kind::stage_payload);
       return;
     }
     merged_positions_.clear();
@@ -548,7 +604,10 @@ class sparse_sync {
         }
         if (j < positions_.size() && positions_[j] == i) {
           merged_positions_.push_back(i);
-          merged_values_.push_back(values_[j++] + x);
+          // The lower rank's aggregate first: every rank then adds the same operands in the
+          // same order, NaN payloads included.
+          merged_values_.push_back(me_ < sender ? values_[j] + x : x + values_[j]);
+          ++j;
           return;
         }
       }
@@ -566,7 +625,7 @@ class sparse_sync {
   }
 
   // The allgather scheme: validate every rank's payload, then sum them in rank order.
-  void apply_whole(span<float> out, float alpha) {
+  void apply_whole(communicator& comm, span<float> out, float alpha) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(gathered_.data());
     views_.resize(static_cast<std::size_t>(ranks_));
     std::uint64_t at = 0;
@@ -574,8 +633,9 @@ class sparse_sync {
       const wire::status s = detail::check_zen_part(bytes + at, gathered_sizes_[q], static_cast<std::uint32_t>(ranks_), q,
                                                     2, n_, static_cast<std::uint32_t>(ranks_), views_[q]);
       at += gathered_sizes_[q];
-      if (!s.ok()) fail(s, gradzip::detail::concat("sparse_sync: payload from rank ", q));
+      note_failure(s, q, failure_kind::payload);
     }
+    agree(comm);
     sum_in_rank_order(n_);
     for (std::uint64_t i = 0; i < n_; ++i) {
       if (touched_[i] != 0) {
@@ -621,8 +681,10 @@ class sparse_sync {
   std::vector<std::uint8_t> touched_;
   std::vector<std::uint64_t> reduced_positions_, positions_, merged_positions_, levels_, union_;
   std::vector<float> reduced_values_, values_, merged_values_;
-  wire::status failure_;
+  wire::status failure_;  // the first message this rank rejected in the step
   std::uint32_t failure_rank_ = 0;
+  failure_kind failure_kind_ = failure_kind::part;
+  std::vector<std::uint64_t> verdicts_;
   std::vector<detail::zen_part_view> views_;
   wire::status bad_;
   std::uint32_t bad_rank_ = 0;

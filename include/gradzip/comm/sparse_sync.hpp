@@ -332,16 +332,16 @@ class sparse_sync {
       apply_whole(comm, out, alpha);
       return;
     }
-    scatter(comm, exec, indices, values, me_);
-    reduce(exec, reinterpret_cast<const std::uint8_t*>(recv_.data()), me_);
+    scatter(comm, exec, indices, values);
+    reduce(exec, reinterpret_cast<const std::uint8_t*>(recv_.data()));
     gather(comm);
     apply(comm, out, alpha);
   }
 
  private:
   // Step 1 and 2: split by part, encode each part, exchange.
-  void scatter(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values,
-               std::uint32_t me) {
+  void scatter(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values) {
+    const std::uint32_t me = me_;
     const auto parts = static_cast<std::size_t>(ranks_);
     part_positions_.assign(parts, {});
     part_values_.assign(parts, {});
@@ -395,23 +395,20 @@ class sparse_sync {
 
   // Step 3: validate every received part, then sum them in rank order; a bad one is reported
   // in the reduced part instead.
-  void reduce(host& exec, const std::uint8_t* received, std::uint32_t me) {
+  void reduce(host& exec, const std::uint8_t* received) {
+    const std::uint32_t me = me_;
     const std::uint64_t m = members(me);
     views_.resize(static_cast<std::size_t>(ranks_));
     std::uint64_t at = 0;
-    bad_ = wire::status{};
     for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
       const wire::status s = detail::check_zen_part(received + at, theirs_[r], me, r, 0, m,
                                                     static_cast<std::uint32_t>(ranks_), views_[r]);
       at += theirs_[r];
-      if (!s.ok() && bad_.ok()) {
-        bad_ = s;
-        bad_rank_ = r;
-      }
+      note_failure(s, r, failure_kind::part);
     }
     reduced_positions_.clear();
     reduced_values_.clear();
-    if (bad_.ok()) {
+    if (failure_.ok()) {
       sum_in_rank_order(m);
       for (std::uint64_t pos = 0; pos < m; ++pos) {
         if (touched_[pos] != 0) {
@@ -421,7 +418,7 @@ class sparse_sync {
       }
     }
     mine_.clear();
-    encode_part(exec, me, me, 1, m, reduced_positions_, reduced_values_, mine_, bad_, bad_rank_);
+    encode_part(exec, me, me, 1, m, reduced_positions_, reduced_values_, mine_, failure_, failure_rank_);
   }
 
   // Step 4: every rank's reduced part.
@@ -448,14 +445,10 @@ class sparse_sync {
       at += gathered_sizes_[q];
       note_failure(s, q, failure_kind::reduced_part);
     }
-    for (std::uint32_t q = 0; failure_.ok() && q < static_cast<std::uint32_t>(ranks_); ++q) {
+    // An owner's report of a part it rejected (this rank's own rejection is noted already).
+    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const detail::zen_part& z = views_[q].frame;
-      if (z.failed == 0) continue;
-      if (q == me_) {
-        note_failure(bad_, bad_rank_, failure_kind::part);
-      } else {
-        note_failure(wire::fail(static_cast<wire::format_errc>(z.code)), z.culprit, failure_kind::part);
-      }
+      if (z.failed != 0) note_failure(wire::fail(static_cast<wire::format_errc>(z.code)), z.culprit, failure_kind::part);
     }
     agree(comm);
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
@@ -686,8 +679,6 @@ class sparse_sync {
   failure_kind failure_kind_ = failure_kind::part;
   std::vector<std::uint64_t> verdicts_;
   std::vector<detail::zen_part_view> views_;
-  wire::status bad_;
-  std::uint32_t bad_rank_ = 0;
   sparse_sync_traffic traffic_;
 };
 

@@ -53,6 +53,7 @@
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/detail/lane_sum.hpp"
 #include "gradzip/detail/values.hpp"
 #include "gradzip/quantize/bucket_stats.hpp"
 #include "gradzip/random/hash.hpp"
@@ -324,15 +325,7 @@ class simhash {
   /// tree); the result is lane 0's.
   template <class Term>
   static double lane_sum(std::uint32_t count, Term term) {
-    double lane[32];
-    for (int l = 0; l < 32; ++l) lane[l] = 0.0;
-    for (std::uint32_t t = 0; t < count; t += 32) {
-      for (std::uint32_t l = 0; l < 32 && t + l < count; ++l) lane[l] = gradzip::detail::add_rn(lane[l], term(t + l));
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      for (int l = 0; l < offset; ++l) lane[l] = gradzip::detail::add_rn(lane[l], lane[l + offset]);
-    }
-    return lane[0];
+    return gradzip::detail::lane_sum<double>(count, term);
   }
 
   /// v <- D_r v / sqrt(B), 64 elements per sign word; the sign as a flip of the sign bit (a

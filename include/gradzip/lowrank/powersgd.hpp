@@ -165,15 +165,6 @@ GRADZIP_HOST_DEVICE inline float initial_q(std::uint64_t seed, std::uint32_t ste
   return gradzip::detail::add_rn(gradzip::detail::mul_rn(2.0f, u), -1.0f);  // both exact
 }
 
-/// The canonical combination of 32 lane partials: the xor butterfly (offsets 16, 8, 4, 2, 1),
-/// whose lane 0 is what a warp's __shfl_xor_sync reduction leaves in every lane.
-GRADZIP_HOST_DEVICE inline float butterfly(float (&lanes)[32]) {
-  for (int offset = 16; offset >= 1; offset /= 2) {
-    for (int l = 0; l < offset; ++l) lanes[l] = gradzip::detail::add_rn(lanes[l], lanes[l + offset]);
-  }
-  return lanes[0];
-}
-
 /// Column k of Gram-Schmidt: the divisor |P_k| + epsilon, from the canonical sum of squares.
 /// Zero (a zero column with epsilon 0) means: set the column to zero rather than to NaN.
 GRADZIP_HOST_DEVICE inline float normalizer(float sum_of_squares, float epsilon) {

@@ -2,7 +2,8 @@
 // and includes this after it).
 //
 // Each factor entry is a sum over a matrix row or column in the canonical order: term t goes
-// to lane t mod 32, each lane adds its terms in order, and the lanes combine in lowrank::butterfly.
+// to lane t mod 32, each lane adds its terms in order, and the lanes combine in detail::lane_tree
+// (detail/lane_sum.hpp).
 // The loops below keep 32 lanes per output side by side so that the compiler vectorizes them;
 // the threads split rows (P, and the reconstruction) or column blocks (Q), never one sum.
 #pragma once
@@ -12,6 +13,7 @@
 
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/detail/lane_sum.hpp"
 
 namespace gradzip::detail {
 
@@ -66,28 +68,16 @@ struct lowrank_backend<host> {
     });
   }
 
-  /// The canonical sum of term(0 .. n).
-  template <class Term>
-  static float canonical_sum(std::size_t n, Term term) {
-    float lanes[32] = {};
-    std::size_t base = 0;
-    for (; base + 32 <= n; base += 32) {
-      for (int l = 0; l < 32; ++l) lanes[l] = add_rn(lanes[l], term(base + l));
-    }
-    for (int l = 0; l < 32 && base + l < n; ++l) lanes[l] = add_rn(lanes[l], term(base + l));
-    return lowrank::butterfly(lanes);
-  }
-
   /// Gram-Schmidt on the `rank` columns (each `length` floats, back to back) of a, in place.
   static void orthogonalize(host&, float* a, std::size_t length, int rank, float epsilon, const wire::status*) {
     for (int k = 0; k < rank; ++k) {
       float* col = a + static_cast<std::size_t>(k) * length;
-      const float d = lowrank::normalizer(canonical_sum(length, [&](std::size_t i) { return mul_rn(col[i], col[i]); }),
+      const float d = lowrank::normalizer(lane_sum<float>(length, [&](std::size_t i) { return mul_rn(col[i], col[i]); }),
                                           epsilon);
       for (std::size_t i = 0; i < length; ++i) col[i] = d == 0.0f ? 0.0f : div_rn(col[i], d);
       for (int o = k + 1; o < rank; ++o) {
         float* rest = a + static_cast<std::size_t>(o) * length;
-        const float dot = canonical_sum(length, [&](std::size_t i) { return mul_rn(col[i], rest[i]); });
+        const float dot = lane_sum<float>(length, [&](std::size_t i) { return mul_rn(col[i], rest[i]); });
         for (std::size_t i = 0; i < length; ++i) rest[i] = add_rn(rest[i], -mul_rn(dot, col[i]));
       }
     }
@@ -116,7 +106,7 @@ struct lowrank_backend<host> {
             for (int l = 0; l < 32 && base + l < cols; ++l) {
               lanes[t][l] = add_rn(lanes[t][l], mul_rn(row[base + l], qc[base + l]));
             }
-            p[static_cast<std::size_t>(c0 + t) * rows + i] = lowrank::butterfly(lanes[t]);
+            p[static_cast<std::size_t>(c0 + t) * rows + i] = lane_tree(lanes[t]);
           }
         }
       }
@@ -147,7 +137,7 @@ struct lowrank_backend<host> {
             for (std::size_t x = 0; x < width; ++x) {
               float column[32];
               for (int l = 0; l < 32; ++l) column[l] = lanes[t][l][x];
-              q[static_cast<std::size_t>(c0 + t) * cols + j0 + x] = lowrank::butterfly(column);
+              q[static_cast<std::size_t>(c0 + t) * cols + j0 + x] = lane_tree(column);
             }
           }
         }

@@ -1,0 +1,310 @@
+// gradzip._gradzip: the nanobind module behind the `gradzip` Python package.
+//
+// Arrays come in through DLPack or the buffer protocol (torch tensors, numpy arrays, bytes), so
+// the module needs no torch headers: it builds in seconds against any torch. Every call checks
+// its arrays (dtype, device, contiguity, size) and names the argument it refuses; gradzip's own
+// errors keep their messages: invalid_argument -> ValueError, format_error -> gradzip.FormatError
+// (a ValueError), anything else from gradzip -> RuntimeError. Compute runs without the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <gradzip/lowrank/powersgd.hpp>
+
+#include <set>
+
+#include "erased.hpp"
+
+namespace nb = nanobind;
+using namespace gradzip_py;
+
+namespace gradzip_py {
+
+std::unique_ptr<any_codec> make_codec(const parsed_spec& spec) {
+  static const std::set<std::string> structures = {"dense",          "topk",        "randomk", "threshold",
+                                                   "sampled_topk",   "blockwise_topk", "hashed_topk",
+                                                   "simhash",        "hadamard"};
+  static const std::set<std::string> values = {"none", "fp32", "fp16", "bf16",     "fp8_e4m3", "fp8_e5m2",   "uniform",
+                                               "qsgd", "terngrad", "sign", "scaled_sign", "onebit", "natural"};
+  static const std::set<std::string> encodings = {"coo", "bitmap", "delta_varint", "automatic"};
+  roles r;
+  int role = 0;  // stages come in the order structure, values, encoding; each at most once
+  for (const stage& st : spec.stages) {
+    const int this_role = structures.count(st.name) ? 0 : values.count(st.name) ? 1 : encodings.count(st.name) ? 2 : -1;
+    if (this_role < 0) {
+      not_built(spec, "unknown stage '" + st.name +
+                          "'; structures: dense topk randomk threshold sampled_topk blockwise_topk hashed_topk simhash "
+                          "hadamard; values: none fp16 bf16 fp8_e4m3 fp8_e5m2 uniform qsgd terngrad sign scaled_sign "
+                          "onebit natural; encodings: coo bitmap delta_varint automatic");
+    }
+    GRADZIP_EXPECTS(this_role >= role, "codec spec '", spec.text, "': stage '", st.name,
+                    "' is out of order (structure, then values, then encoding, each at most once)");
+    const stage** slot = this_role == 0 ? &r.structure : this_role == 1 ? &r.values : &r.encoding;
+    GRADZIP_EXPECTS(*slot == nullptr, "codec spec '", spec.text, "': two ",
+                    this_role == 0 ? "structure" : this_role == 1 ? "values" : "encoding", " stages");
+    *slot = &st;
+    role = this_role;
+  }
+  if (r.structure != nullptr && r.structure->name == "simhash") {
+    GRADZIP_EXPECTS(r.values == nullptr && r.encoding == nullptr, "codec spec '", spec.text,
+                    "': simhash is a whole codec (no values or encoding stage)");
+    arguments a(*r.structure, spec.text);
+    const auto block = a.integer("block", 1024), bits = a.integer("bits", 128), seed = a.integer("seed", 0);
+    a.finish();
+    GRADZIP_EXPECTS(block <= 0xFFFFFFFFu && bits <= 0xFFFFFFFFu, "codec spec '", spec.text,
+                    "': simhash block and bits must fit 32 bits");
+    return erase(gz::hash::simhash{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(bits), seed});
+  }
+  if (auto c = make_dense_family(spec, r)) return c;
+  if (auto c = make_topk_family(spec, r)) return c;
+  if (auto c = make_sparse_family(spec, r)) return c;
+  not_built(spec, "no codec for structure '" + r.structure->name + "'");
+}
+
+}  // namespace gradzip_py
+
+namespace {
+
+using any_array = nb::ndarray<nb::ro>;
+using out_array = nb::ndarray<>;
+
+/// Number of elements, after checking the array is on the CPU and C-contiguous.
+template <class A>
+std::size_t checked_elements(const A& a, const char* what) {
+  if (a.device_type() != nb::device::cpu::value) {
+    throw nb::type_error((std::string(what) +
+                          " is not in CPU memory: this gradzip module was built for the host executor "
+                          "(CUDA tensors need a CUDA build; see docs/python.md)")
+                             .c_str());
+  }
+  std::size_t n = 1;
+  std::int64_t expect = 1;
+  for (std::size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1 && a.stride(d) != expect) {
+      throw nb::value_error((std::string(what) + " is not contiguous: call .contiguous() first").c_str());
+    }
+    expect *= static_cast<std::int64_t>(a.shape(d));
+    n *= a.shape(d);
+  }
+  return n;
+}
+
+template <class A>
+gz::span<float> floats(const A& a, const char* what) {
+  if (a.dtype() != nb::dtype<float>()) {
+    throw nb::type_error((std::string(what) + " must be float32: the Python module builds float32 codecs").c_str());
+  }
+  const std::size_t n = checked_elements(a, what);
+  return gz::span<float>(static_cast<float*>(const_cast<void*>(static_cast<const void*>(a.data()))), n);
+}
+
+template <class A>
+gz::span<std::byte> bytes(const A& a, const char* what) {
+  if (a.dtype() != nb::dtype<std::uint8_t>() && a.dtype() != nb::dtype<std::int8_t>()) {
+    throw nb::type_error((std::string(what) + " must be a uint8 array (a payload)").c_str());
+  }
+  if (a.ndim() != 1) throw nb::value_error((std::string(what) + " must be 1-D").c_str());
+  const std::size_t n = checked_elements(a, what);
+  return gz::span<std::byte>(static_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(a.data()))), n);
+}
+
+std::vector<bytes_view> payload_views(const std::vector<any_array>& payloads) {
+  std::vector<bytes_view> views;
+  views.reserve(payloads.size());
+  for (const auto& p : payloads) {
+    const auto b = bytes(p, "payloads[i]");
+    views.emplace_back(b.data(), b.size());
+  }
+  return views;
+}
+
+gz::quantize::compress_context context(std::uint64_t step, std::uint64_t tensor_id) { return {step, tensor_id}; }
+
+/// A codec and the host executor whose scratch its calls use.
+struct py_codec {
+  py_codec(const std::string& spec, int threads) : spec(spec), exec(threads), codec(make_codec(parse_spec(spec))) {}
+  std::string spec;
+  gz::host exec;
+  std::unique_ptr<any_codec> codec;
+};
+
+struct py_feedback {
+  py_feedback(const py_codec& c, std::size_t n, int threads) : exec(threads), ef(c.codec->error_feedback(exec, n)) {
+    exec.reserve(c.codec->workspace_bytes(exec, n));
+  }
+  gz::host exec;
+  std::unique_ptr<any_feedback> ef;
+};
+
+nb::bytes to_bytes(const std::vector<std::byte>& v) { return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size()); }
+
+bytes_view view_of(const nb::bytes& b) {
+  return bytes_view(reinterpret_cast<const std::byte*>(b.c_str()), b.size());
+}
+
+struct py_powersgd {
+  py_powersgd(const std::vector<std::vector<std::size_t>>& shapes, const gz::lowrank::powersgd_params& params, int threads)
+      : exec(threads), ps(exec, shapes, params) {}
+  gz::host exec;
+  gz::lowrank::powersgd<float, gz::host> ps;
+};
+
+}  // namespace
+
+NB_MODULE(_gradzip, m) {
+  m.doc() = "gradzip's host codecs (float32), behind gradzip's Python package";
+  // DDP keeps its hook's state (and so codecs) alive until the interpreter is torn down.
+  nb::set_leak_warnings(false);
+  static nb::exception<gz::format_error> format_error(m, "FormatError", PyExc_ValueError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const gz::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const gz::format_error& e) {
+      PyErr_SetString(format_error.ptr(), e.what());
+    } catch (const gz::error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  nb::class_<py_codec>(m, "Codec")
+      .def(nb::init<const std::string&, int>(), nb::arg("spec"), nb::arg("threads") = 1)
+      .def_ro("spec", &py_codec::spec)
+      .def("max_compressed_bytes", [](const py_codec& c, std::size_t n) { return c.codec->max_compressed_bytes(n); })
+      .def("reserve", [](py_codec& c, std::size_t n) { c.exec.reserve(c.codec->workspace_bytes(c.exec, n)); })
+      .def(
+          "compress",
+          [](py_codec& c, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
+            const auto in = floats(x, "tensor");
+            const auto o = bytes(out, "out");
+            nb::gil_scoped_release release;
+            return c.codec->compress(c.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
+          },
+          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
+      .def(
+          "decompress",
+          [](py_codec& c, const any_array& payload, const out_array& out) {
+            const auto p = bytes(payload, "payload");
+            const auto o = floats(out, "out");
+            nb::gil_scoped_release release;
+            c.codec->decompress(c.exec, bytes_view(p.data(), p.size()), o);
+          },
+          nb::arg("payload"), nb::arg("out"))
+      .def(
+          "decompress_add",
+          [](py_codec& c, const any_array& payload, const out_array& accum, float alpha) {
+            const auto p = bytes(payload, "payload");
+            const auto o = floats(accum, "accum");
+            nb::gil_scoped_release release;
+            c.codec->decompress_add(c.exec, bytes_view(p.data(), p.size()), o, alpha);
+          },
+          nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
+      .def(
+          "decompress_add_all",
+          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& accum, float alpha) {
+            const std::vector<bytes_view> views = payload_views(payloads);
+            const auto o = floats(accum, "accum");
+            nb::gil_scoped_release release;
+            c.codec->decompress_add_all(c.exec, gz::span<const bytes_view>(views), o, alpha);
+          },
+          nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
+      .def(
+          "decompress_all",
+          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& out) {
+            const std::vector<bytes_view> views = payload_views(payloads);
+            const auto o = floats(out, "out");
+            nb::gil_scoped_release release;
+            c.codec->decompress_all(c.exec, gz::span<const bytes_view>(views), o);
+          },
+          nb::arg("payloads"), nb::arg("out"))
+      .def(
+          "summable_section",
+          [](const py_codec& c, std::size_t n) -> std::optional<std::tuple<std::size_t, std::size_t, std::string>> {
+            const auto s = c.codec->summable(n);
+            if (!s) return std::nullopt;
+            return std::make_tuple(s->offset, s->bytes, s->dtype);
+          },
+          nb::arg("n"));
+
+  nb::class_<py_feedback>(m, "ErrorFeedback")
+      .def(nb::init<const py_codec&, std::size_t, int>(), nb::arg("codec"), nb::arg("n"), nb::arg("threads") = 1)
+      .def_prop_ro("size", [](const py_feedback& f) { return f.ef->size(); })
+      .def("max_compressed_bytes", [](const py_feedback& f) { return f.ef->max_compressed_bytes(); })
+      .def(
+          "compress",
+          [](py_feedback& f, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
+            const auto in = floats(x, "tensor");
+            const auto o = bytes(out, "out");
+            nb::gil_scoped_release release;
+            return f.ef->compress(f.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
+          },
+          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
+      .def("save", [](py_feedback& f) { return to_bytes(f.ef->save(f.exec)); })
+      .def("restore", [](py_feedback& f, const nb::bytes& state) { f.ef->restore(f.exec, view_of(state)); });
+
+  nb::class_<py_powersgd>(m, "PowerSGD")
+      .def(
+          "__init__",
+          [](py_powersgd* self, const std::vector<std::vector<std::size_t>>& shapes, int rank, float min_compression_rate,
+             float epsilon, bool warm_start, bool error_feedback, std::uint64_t seed, int threads) {
+            gz::lowrank::powersgd_params p;
+            p.rank = rank;
+            p.min_compression_rate = min_compression_rate;
+            p.epsilon = epsilon;
+            p.warm_start = warm_start;
+            p.error_feedback = error_feedback;
+            p.seed = seed;
+            new (self) py_powersgd(shapes, p, threads);
+          },
+          nb::arg("shapes"), nb::arg("rank") = 1, nb::arg("min_compression_rate") = 2.0f, nb::arg("epsilon") = 0.0f,
+          nb::arg("warm_start") = true, nb::arg("error_feedback") = true, nb::arg("seed") = 0, nb::arg("threads") = 1)
+      .def_prop_ro("size", [](const py_powersgd& s) { return s.ps.size(); })
+      .def("payload_bytes",
+           [](const py_powersgd& s, int f) { return s.ps.payload_bytes(static_cast<gz::lowrank::factor>(f)); })
+      .def("factors_section",
+           [](const py_powersgd& s, int f) {
+             const auto fr = s.ps.frame_of(static_cast<gz::lowrank::factor>(f));
+             return std::make_tuple(static_cast<std::size_t>(fr.values_offset()), static_cast<std::size_t>(fr.elements));
+           })
+      .def("dense_ranges",
+           [](const py_powersgd& s) {
+             std::vector<std::tuple<std::size_t, std::size_t>> out;
+             for (const auto& t : s.ps.plan().tensors()) {
+               if (!t.compressed()) out.emplace_back(t.offset, t.size());
+             }
+             return out;
+           })
+      .def(
+          "compress_p",
+          [](py_powersgd& s, const any_array& grad, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
+            const auto g = floats(grad, "grad");
+            const auto o = bytes(out, "out");
+            nb::gil_scoped_release release;
+            return s.ps.compress_p(s.exec, gz::span<const float>(g.data(), g.size()), o, context(step, tensor_id));
+          },
+          nb::arg("grad"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
+      .def(
+          "compress_q",
+          [](py_powersgd& s, const any_array& p_sum, const out_array& out) {
+            const auto p = bytes(p_sum, "p_sum");
+            const auto o = bytes(out, "out");
+            nb::gil_scoped_release release;
+            return s.ps.compress_q(s.exec, bytes_view(p.data(), p.size()), o);
+          },
+          nb::arg("p_sum"), nb::arg("out"))
+      .def(
+          "decompress",
+          [](py_powersgd& s, const any_array& q_sum, int ranks, const out_array& grad) {
+            const auto q = bytes(q_sum, "q_sum");
+            const auto g = floats(grad, "grad");
+            nb::gil_scoped_release release;
+            s.ps.decompress(s.exec, bytes_view(q.data(), q.size()), ranks, g);
+          },
+          nb::arg("q_sum"), nb::arg("ranks"), nb::arg("grad"))
+      .def("save", [](py_powersgd& s) { return to_bytes(s.ps.save(s.exec)); })
+      .def("restore", [](py_powersgd& s, const nb::bytes& state) { s.ps.restore(s.exec, view_of(state)); });
+}

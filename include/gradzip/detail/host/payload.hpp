@@ -54,9 +54,9 @@ struct payload_backend<host> {
   /**
    * out <- (overwrite ? 0 : out) + alpha * sum over p of decode(payloads[p]). Every payload is
    * validated before any is applied; on a bad one this throws its format_error and sets `bad` to
-   * its position. Dense payloads are then accumulated in one pass over `out`: each chunk of the
-   * output takes every payload's part of it while it is in cache. Sparse payloads scatter one
-   * after another (each touches only its k elements).
+   * its position. Bucketed dense payloads are then accumulated in one pass over `out`: each
+   * chunk of the output takes every payload's part of it while it is in cache. Element-wise
+   * dense payloads and sparse ones are applied one after another.
    */
   template <class Codec, class T>
   static void decode_all(host& exec, const Codec&, span<const span<const std::byte>> payloads, span<T> out,
@@ -136,7 +136,8 @@ struct payload_backend<host> {
     });
   }
 
-  /// The dense half of decode_all: chunk by chunk over `out`, every payload's part of the chunk.
+  /// The dense half of decode_all: bucketed values chunk by chunk over `out`, every payload's
+  /// part of the chunk; element-wise values payload by payload.
   template <class Codec, class T>
   static void accumulate_dense(host& exec, const payload_view* views, std::size_t count, span<T> out, float alpha) {
     if constexpr (Codec::bucketed) {
@@ -151,19 +152,11 @@ struct payload_backend<host> {
         }
       });
     } else {
-      const std::size_t chunks = chunk_count(exec, out.size());
-      for_each_chunk(exec, chunks, [&](std::size_t c) {
-        const index_range r = chunk_of(out.size(), chunks, c);
-        T* y = out.data();
-        for (std::size_t p = 0; p < count; ++p) {
-          const payload_view local = views[p];
-          with_element_type(local.header.type, [&](auto type) {
-            for (std::uint64_t j = r.begin; j < r.end; ++j) {
-              accumulate(y[j], frame<Codec>::value_at(local, decltype(type)::value, j), alpha);
-            }
-          });
-        }
-      });
+      // Element-wise values (casts, fp32): payload after payload through apply_values's loop,
+      // which vectorizes. A fused loop over the payloads, chunk by chunk, read each value through
+      // value_at and ran 10x slower for fp16 (11.4 ms against 1.1 ms for 4 x 2^20, one thread).
+      // Each element still sums its payloads in order, so the bits are the same.
+      for (std::size_t p = 0; p < count; ++p) apply_values<Codec>(exec, views[p], out, alpha, false);
     }
   }
 

@@ -11,6 +11,7 @@
 #include "gradzip/comm/powersgd.hpp"
 #include "gradzip/comm/sparse_cost.hpp"
 #include "gradzip/comm/sparse_sync.hpp"
+#include "gradzip/comm/sparse_sync_auto.hpp"
 #include "gradzip/core/config.hpp"
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"

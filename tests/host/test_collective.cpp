@@ -15,6 +15,7 @@
 #include "gradzip/comm/powersgd.hpp"
 #include "gradzip/comm/sparse_cost.hpp"
 #include "gradzip/comm/sparse_sync.hpp"
+#include "gradzip/comm/sparse_sync_auto.hpp"
 #include "../../examples/stochastic_bf16.hpp"
 
 using namespace gradzip;
@@ -59,6 +60,20 @@ class thread_communicator final : public comm::communicator {
   int size() const override { return s_.ranks; }
 
   void allreduce_sum(void* data, std::size_t count, element_type type) override {
+    if (type == element_type::f64) {  // auto_sparse_sync's profile
+      publish(data, count * 8);
+      std::vector<double> sum(count, 0.0);
+      for (const auto& slot : s_.slots) {
+        for (std::size_t i = 0; i < count; ++i) {
+          double v;
+          std::memcpy(&v, slot.data() + 8 * i, 8);
+          sum[i] += v;
+        }
+      }
+      s_.barrier();
+      std::memcpy(data, sum.data(), count * 8);
+      return;
+    }
     REQUIRE((type == element_type::f32 || type == element_type::bf16));
     const std::size_t width = type == element_type::f32 ? 4 : 2;
     publish(data, count * width);
@@ -617,6 +632,80 @@ TEST_CASE("sparse_sync (Zen) sums sparse gradients bit for bit as a dense sum in
       }
     }
   }
+}
+
+TEST_CASE("auto_sparse_sync profiles, then every rank runs the scheme Zen's model picks, with the same sums",
+          "[collective][sparse_sync]") {
+  const std::uint64_t n = 60001;
+  struct scenario {
+    int ranks;
+    double density;
+    comm::link_model link;
+    comm::sync_choice expected;
+  };
+  const comm::link_model bandwidth{0.0, 12.5e9, 0.0}, latency{50e-6, 12.5e9, 5e-6};
+  // sparse_gradient keeps half of the first n / 20 indices on every rank (they overlap) and
+  // `density` of the rest independently. Bytes received per rank, in units of n entries:
+  const std::vector<scenario> scenarios = {
+      // every element on every rank: Balanced Parallelism moves the values plus bitmaps (about
+      // 7.1 n bytes at 8 ranks), the dense allreduce 7 n
+      {8, 1.0, bandwidth, comm::sync_choice::dense_allreduce},
+      // 8 ranks, overlapping: BP about (7 / 8)(nnz + u_8) = 0.2 n, the hierarchy nnz + u_2 + u_4,
+      // the allgather 7 nnz = 0.31 n
+      {8, 0.02, bandwidth, comm::sync_choice::balanced_parallelism},
+      // 4 ranks: the hierarchy's nnz + u_2 = 0.12 n beats BP's (3 / 4)(nnz + u_4) = 0.15 n
+      {4, 0.02, bandwidth, comm::sync_choice::hierarchical_centralization},
+      // 3 ranks (not a power of two): the allgather's 2 nnz beats BP's (2 / 3)(nnz + u_3)
+      {3, 0.02, bandwidth, comm::sync_choice::allgather},
+      // few nonzeros, costly rounds and messages: the hierarchy's 3 messages
+      {8, 0.001, latency, comm::sync_choice::hierarchical_centralization},
+  };
+  for (const scenario& sc : scenarios) {
+    INFO(sc.ranks << " ranks, density " << sc.density);
+    std::vector<std::vector<std::uint64_t>> idx(sc.ranks);
+    std::vector<std::vector<float>> val(sc.ranks);
+    for (int r = 0; r < sc.ranks; ++r) sparse_gradient(r, n, sc.density, idx[r], val[r]);
+    std::vector<float> sum(n, 0.0f);
+    for (int r = 0; r < sc.ranks; ++r) {
+      for (std::size_t j = 0; j < idx[r].size(); ++j) sum[idx[r][j]] += val[r][j];
+    }
+    std::vector<float> expected(n, 1.0f);
+    for (std::uint64_t i = 0; i < n; ++i) expected[i] = fmaf(0.5f, sum[i], expected[i]);
+    std::vector<std::vector<float>> profiled(sc.ranks, std::vector<float>(n, 1.0f)), chosen = profiled;
+    std::vector<comm::sync_choice> choice(sc.ranks);
+    std::vector<comm::scheme_costs> costs(sc.ranks);
+    std::vector<std::uint64_t> dense_bytes(sc.ranks);
+    const auto errors = on_ranks(sc.ranks, -1, [&](int r, comm::communicator& c) {
+      host e(1);
+      comm::auto_sparse_sync zen(n, sc.ranks, sc.link, 7);
+      CHECK_THROWS_WITH(zen.choice(), Catch::Contains("still profiling (0 of 1 steps run)"));
+      zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(profiled[r]), 0.5f);
+      choice[r] = zen.choice();
+      costs[r] = zen.costs();
+      zen.run(c, e, span<const std::uint64_t>(idx[r]), span<const float>(val[r]), span<float>(chosen[r]), 0.5f);
+      dense_bytes[r] = zen.last_dense_bytes();
+    });
+    const double tree_bound = 2.0 * (sc.ranks - 1) * std::ldexp(1.0, -24);
+    for (int r = 0; r < sc.ranks; ++r) {
+      INFO("rank " << r << " chose " << comm::name(choice[r]));
+      CHECK(errors[r].empty());
+      CHECK(choice[r] == sc.expected);
+      CHECK(choice[r] == choice[0]);  // the same profile on every rank: no rank waits in another collective
+      CHECK(profiled[r] == expected);
+      if (choice[r] == comm::sync_choice::hierarchical_centralization) {  // a tree's sums: within its bound
+        for (std::uint64_t i = 0; i < n; ++i) {
+          REQUIRE(std::fabs(chosen[r][i] - expected[i]) <= tree_bound * (std::fabs(sum[i]) + 1.0f) * 4);
+        }
+      } else {
+        CHECK(chosen[r] == expected);  // dense and the sparse schemes: rank-order sums, the same bits
+      }
+      CHECK(dense_bytes[r] == (choice[r] == comm::sync_choice::dense_allreduce ? 4 * n : 0));
+      for (int s = 0; s < 4; ++s) CHECK(costs[r].seconds[s] == costs[0].seconds[s]);
+    }
+  }
+  CHECK_THROWS_WITH(comm::auto_sparse_sync(10, 2, comm::link_model{}, 0, 0),
+                    Catch::Contains("profile_steps must be >= 1, got 0"));
+  CHECK_THROWS_WITH(comm::auto_sparse_sync(10, 2, comm::link_model{0.0, 0.0, 0.0}), Catch::Contains("bad link"));
 }
 
 TEST_CASE("sparse_sync names the rank whose part or reduced part is bad, on every rank, and changes nothing",

@@ -32,6 +32,8 @@ extern std::vector<std::byte> payload;  // a payload received from a peer
 extern std::vector<float> average;    // the average over ranks of decoded payloads, n values
 extern std::vector<float> bucket;     // a bucket of gradients: tensors back to back
 extern gradzip::comm::communicator& comm;  // MPI, NCCL or your own (docs/communication.md)
+extern std::vector<std::uint64_t> indices;  // this rank's nonzeros, increasing, < n (sparse_sync)
+extern std::vector<float> values;     // their values
 
 using codec_t = gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo>;
 extern const codec_t codec;           // a codec chosen elsewhere

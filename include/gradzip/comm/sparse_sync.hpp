@@ -59,6 +59,10 @@ inline constexpr std::uint8_t zen_part_id = 10;
 
 namespace detail {
 
+/// y += alpha * v: exactly y + v when alpha is 1, else one fused multiply-add (every scheme,
+/// auto_sparse_sync's dense one included, applies its sums so).
+inline void add_scaled(float& y, float v, float alpha) { y = alpha == 1.0f ? y + v : fmaf(alpha, v, y); }
+
 /**
  * A part payload: element type f32, element count |I_p| (the member space), codec id
  * {0, 10, 0, encoding}, sections params (32 bytes), indices (positions in I_p, increasing),
@@ -652,8 +656,7 @@ class sparse_sync {
     }
   }
 
-  /// y += alpha * v: exactly y + v when alpha is 1, else one fused multiply-add.
-  static void add_scaled(float& y, float v, float alpha) { y = alpha == 1.0f ? y + v : fmaf(alpha, v, y); }
+  static void add_scaled(float& y, float v, float alpha) { detail::add_scaled(y, v, alpha); }
 
   [[noreturn]] static void fail(const wire::status& s, const std::string& what) {
     throw format_error(s.code, gradzip::detail::concat(what, ": ", wire::message(s)));

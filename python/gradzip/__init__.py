@@ -324,6 +324,11 @@ class Codec:
         """The largest payload for n elements."""
         return self._c.max_compressed_bytes(n)
 
+    @property
+    def fixed_size(self) -> bool:
+        """Whether every payload for n elements has exactly max_compressed_bytes(n) bytes."""
+        return self._c.fixed_size
+
     def summable_section(self, n: int):
         """(offset, bytes, dtype name) of the values section an allreduce may sum, or None (gather)."""
         return self._c.summable_section(n)

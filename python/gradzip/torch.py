@@ -9,8 +9,8 @@
 ``gradzip_hook`` compresses each bucket once (with error feedback when asked), then:
 
 * a summable codec (fp16, bf16, random-k with a shared seed) allreduces its values section;
-* any other codec allgathers the payloads (sizes first) and decodes them all in one validated
-  pass: a bad payload raises :class:`gradzip.FormatError` naming the rank that sent it, and the
+* any other codec allgathers the payloads (sizes first, unless the codec's payloads all have
+  the same size) and decodes them all in one validated pass: a bad payload raises :class:`gradzip.FormatError` naming the rank that sent it, and the
   bucket is left as it was.
 
 ``powersgd_hook`` runs gradzip's PowerSGD (three allreduces a step, like PyTorch's
@@ -132,12 +132,13 @@ class GradzipState(_HookState):
         start_iter: steps (from 0) that allreduce uncompressed first, like PowerSGD's
             ``start_powerSGD_iter``.
         min_compression_rate: a bucket whose payload would not be this many times smaller than
-            its fp32 bytes is allreduced uncompressed (small buckets of biases and norms).
+            its fp32 bytes is allreduced uncompressed (small buckets of biases and norms). 1.5
+            by default, so that the 16-bit casts (2x less a header) are compressed.
         threads: host threads per codec call.
     """
 
     def __init__(self, codec: SpecLike, process_group: Optional[Any] = None, error_feedback: bool = True,
-                 start_iter: int = 0, min_compression_rate: float = 2.0, threads: int = 1) -> None:
+                 start_iter: int = 0, min_compression_rate: float = 1.5, threads: int = 1) -> None:
         super().__init__(process_group, start_iter, threads)
         if not min_compression_rate >= 0:
             raise ValueError(f"GradzipState: min_compression_rate must be >= 0, got {min_compression_rate}")
@@ -234,11 +235,17 @@ def gradzip_hook(state: GradzipState, bucket: dist.GradBucket) -> torch.futures.
 
         return dist.all_reduce(values, group=group, async_op=True).get_future().then(decode_sum)
 
+    if codec.fixed_size:  # every rank's payload has `size` bytes: one all_gather, no size exchange
+        state.counters.add(size)
+        received = [torch.empty(size, dtype=torch.uint8) for _ in range(world)]
+        fut = dist.all_gather(received, payload[:size], group=group, async_op=True).get_future()
+        return fut.then(lambda f: _decode_gathered(codec, index, f, received, out, world, layout, buf))
+
     mine = torch.tensor([size], dtype=torch.int64)
     sizes = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
     state.counters.add(size + 8)
 
-    def gather_and_decode(fut: torch.futures.Future) -> torch.Tensor:
+    def gather(fut: torch.futures.Future) -> torch.Tensor:
         fut.wait()
         announced = [int(s.item()) for s in sizes]
         bound = codec.max_compressed_bytes(n)
@@ -250,14 +257,22 @@ def gradzip_hook(state: GradzipState, bucket: dist.GradBucket) -> torch.futures.
         received = [torch.empty(most, dtype=torch.uint8) for _ in range(world)]
         dist.all_gather(received, payload[:most], group=group)
         payloads = [received[r][:announced[r]] for r in range(world)]
-        try:
-            codec.decompress_all(payloads, out)  # every payload validated before `out` changes
-        except FormatError as e:
-            raise FormatError(f"gradzip_hook: bucket {index}: payload from rank {_bad_rank(codec, payloads, n)}: "
-                              f"{e}") from None
-        return layout.scatter(out.div_(world), buf)
+        return _decode_gathered(codec, index, None, payloads, out, world, layout, buf)
 
-    return dist.all_gather(sizes, mine, group=group, async_op=True).get_future().then(gather_and_decode)
+    return dist.all_gather(sizes, mine, group=group, async_op=True).get_future().then(gather)
+
+
+def _decode_gathered(codec: Codec, index: int, fut: Optional[torch.futures.Future], payloads: List[torch.Tensor],
+                     out: torch.Tensor, world: int, layout: _Layout, buf: torch.Tensor) -> torch.Tensor:
+    """buf <- the average of the ranks' decoded payloads; a bad payload names its rank."""
+    if fut is not None:
+        fut.wait()
+    try:
+        codec.decompress_all(payloads, out)  # every payload validated before `out` changes
+    except FormatError as e:
+        raise FormatError(f"gradzip_hook: bucket {index}: payload from rank "
+                          f"{_bad_rank(codec, payloads, out.numel())}: {e}") from None
+    return layout.scatter(out.div_(world), buf)
 
 
 class PowerSGDState(_HookState):

@@ -56,6 +56,9 @@ class any_codec {
   /// out <- the sum of every payload's decode, all validated before out changes.
   virtual void decompress_all(gz::host& exec, gz::span<const bytes_view> payloads, gz::span<float> out) const = 0;
   virtual std::optional<summable_section> summable(std::size_t n) const = 0;
+  /// Whether every payload for n elements has exactly max_compressed_bytes(n) bytes (the count
+  /// is the structure's, the index encoding is not staged): peers then need no size exchange.
+  virtual bool fixed_size() const = 0;
   virtual std::unique_ptr<any_feedback> error_feedback(gz::host& exec, std::size_t n) const = 0;
 };
 
@@ -157,6 +160,13 @@ class erased_codec final : public any_codec {
     }
     (void)n;
     return std::nullopt;
+  }
+  bool fixed_size() const override {
+    if constexpr (is_codec_v) {
+      return !Codec::data_dependent_count && !Codec::staged;
+    } else {
+      return false;
+    }
   }
   std::unique_ptr<any_feedback> error_feedback(gz::host& exec, std::size_t n) const override {
     return std::make_unique<erased_feedback<Codec>>(exec, codec_, n);

@@ -175,6 +175,7 @@ NB_MODULE(_gradzip, m) {
       .def(nb::init<const std::string&, int>(), nb::arg("spec"), nb::arg("threads") = 1)
       .def_ro("spec", &py_codec::spec)
       .def("max_compressed_bytes", [](const py_codec& c, std::size_t n) { return c.codec->max_compressed_bytes(n); })
+      .def_prop_ro("fixed_size", [](const py_codec& c) { return c.codec->fixed_size(); })
       .def("reserve", [](py_codec& c, std::size_t n) { c.exec.reserve(c.codec->workspace_bytes(c.exec, n)); })
       .def(
           "compress",

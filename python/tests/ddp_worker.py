@@ -204,4 +204,5 @@ def run(rank: int, world: int, port: int, names, out_path: str) -> None:
         dist.barrier()
     if rank == 0 or "corrupt" in names:
         torch.save(results, f"{out_path}.{rank}")
+    dist.barrier()
     dist.destroy_process_group()

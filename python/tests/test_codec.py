@@ -97,6 +97,8 @@ def test_round_trip_numpy_and_torch_agree(spec):
     assert isinstance(p_numpy, np.ndarray) and p_numpy.dtype == np.uint8
     assert bytes(p_torch.numpy()) == bytes(p_numpy)
     assert p_torch.numel() <= codec.max_compressed_bytes(g.numel())
+    if codec.fixed_size:
+        assert p_torch.numel() == codec.max_compressed_bytes(g.numel())
     dense = codec.decompress(p_torch, torch.full_like(g, 7.0))
     accum = codec.decompress_add(p_torch, torch.ones_like(g), alpha=2.0)
     assert torch.equal(accum, 1 + 2 * dense)
@@ -111,6 +113,13 @@ def test_shapes_are_flattened_and_lossless_codecs_are_exact():
     assert torch.equal(out, g)
     out16 = gradzip.Codec(gradzip.FP16()).decompress(gradzip.Codec("fp16").compress(g), torch.empty(60))
     assert torch.equal(out16, g.reshape(-1).half().float())
+
+
+def test_fixed_size_is_known_from_the_stages():
+    assert gradzip.Codec("topk(ratio=0.01)").fixed_size and gradzip.Codec("qsgd").fixed_size
+    assert not gradzip.Codec("topk(ratio=0.01)+delta_varint").fixed_size  # size depends on the gaps
+    assert not gradzip.Codec("threshold(tau=1)").fixed_size  # count depends on the data
+    assert not gradzip.Codec("simhash").fixed_size
 
 
 def test_summable_sections():

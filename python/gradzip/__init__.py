@@ -12,11 +12,12 @@ the small classes below::
     codec.decompress_add(payload, accum)                       # validated, then accum += decode
 
 Bad parameters raise ``ValueError`` and bad payloads :class:`FormatError` (a ``ValueError``), with
-gradzip's message. ``gradzip.torch`` has the DDP communication hooks. docs/python.md has more.
+gradzip's message. ``gradzip.torch`` has the DDP communication hooks. docs/pytorch.md has more.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+import sys
 from typing import Any, List, Optional, Sequence, Union
 
 from ._gradzip import Codec as _Codec
@@ -31,8 +32,17 @@ __all__ = [
 ]
 
 
+def _number(v: Any) -> str:
+    """A spec argument: integers as integers (bools as 0/1), anything else as a Python float."""
+    if isinstance(v, bool):
+        return str(int(v))
+    if hasattr(v, "__index__"):  # int, numpy integers
+        return str(v.__index__())
+    return repr(float(v))  # float, numpy floats: Python's shortest round-trip form
+
+
 def _args(**kw: Any) -> str:
-    parts = [f"{k}={int(v) if isinstance(v, bool) else v!r}" for k, v in kw.items() if v is not None]
+    parts = [f"{k}={_number(v)}" for k, v in kw.items() if v is not None]
     return "(" + ",".join(parts) + ")" if parts else ""
 
 
@@ -229,15 +239,17 @@ class BlockwiseTopK(_Structure):
 
 @dataclass
 class HashedTopK(_Structure):
-    """Top-k hashed into ``slots`` x n slots (DRAGONN-style); encoding automatic by default."""
+    """Top-k hashed into ``slots`` x n slots (DRAGONN-style); COO indices unless ``encoding``."""
     ratio: float = 0.01
     slots: Optional[float] = None
+    sample_rate: Optional[float] = None
+    seed: Optional[int] = None
     values: Optional[_Values] = None
-    encoding: Optional[str] = "automatic"
+    encoding: Optional[str] = None
     name = "hashed_topk"
 
     def _params(self) -> dict:
-        return {"ratio": self.ratio, "slots": self.slots}
+        return {"ratio": self.ratio, "slots": self.slots, "sample_rate": self.sample_rate, "seed": self.seed}
 
 
 @dataclass
@@ -254,8 +266,8 @@ class SimHash(_Structure):
 
 @dataclass
 class Hadamard(_Structure):
-    """A randomized Hadamard rotation in blocks, then a dense uniform or QSGD quantizer."""
-    values: Optional[_Values] = None
+    """A randomized Hadamard rotation in blocks, then a dense uniform (4-bit by default) or QSGD quantizer."""
+    values: Optional[_Values] = field(default_factory=lambda: Uniform(bits=4))
     block: int = 1024
     seed: Optional[int] = None
     name = "hadamard"
@@ -278,7 +290,8 @@ def spec_of(codec: SpecLike) -> str:
 
 # ---- arrays --------------------------------------------------------------------------------
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _flat(x: Any) -> Any:
@@ -412,6 +425,8 @@ class PowerSGDCompressor:
                             error_feedback, seed, threads)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_p":  # not built (copy, unpickling): no recursion through __getattr__
+            raise AttributeError(name)
         return getattr(self._p, name)
 
 

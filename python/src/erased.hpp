@@ -276,7 +276,7 @@ auto visit_encoding(const parsed_spec& spec, const stage* e, F&& f) {
 /// The error for a combination of stages this module does not instantiate.
 [[noreturn]] inline void not_built(const parsed_spec& spec, const std::string& why) {
   throw gz::invalid_argument(gz::detail::concat("codec spec '", spec.text, "': ", why,
-                                                " (docs/python.md lists the combinations the module builds)"));
+                                                " (docs/pytorch.md lists the combinations the module builds)"));
 }
 
 }  // namespace gradzip_py

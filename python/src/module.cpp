@@ -14,6 +14,7 @@
 
 #include <gradzip/lowrank/powersgd.hpp>
 
+#include <mutex>
 #include <set>
 
 #include "erased.hpp"
@@ -77,7 +78,7 @@ std::size_t checked_elements(const A& a, const char* what) {
   if (a.device_type() != nb::device::cpu::value) {
     throw nb::type_error((std::string(what) +
                           " is not in CPU memory: this gradzip module was built for the host executor "
-                          "(CUDA tensors need a CUDA build; see docs/python.md)")
+                          "(CUDA tensors need a CUDA build; see docs/pytorch.md)")
                              .c_str());
   }
   std::size_t n = 1;
@@ -123,20 +124,24 @@ std::vector<bytes_view> payload_views(const std::vector<any_array>& payloads) {
 
 gz::quantize::compress_context context(std::uint64_t step, std::uint64_t tensor_id) { return {step, tensor_id}; }
 
-/// A codec and the host executor whose scratch its calls use.
+/// A codec and the host executor whose scratch its calls use. An executor serves one thread at a
+/// time, and calls run without the GIL (a DDP hook decodes on Gloo's threads while the autograd
+/// thread compresses the next bucket): every call holds `busy`, taken after the GIL is released.
 struct py_codec {
   py_codec(const std::string& spec, int threads) : spec(spec), exec(threads), codec(make_codec(parse_spec(spec))) {}
   std::string spec;
   gz::host exec;
   std::unique_ptr<any_codec> codec;
+  std::mutex busy;
 };
 
 struct py_feedback {
-  py_feedback(const py_codec& c, std::size_t n, int threads) : exec(threads), ef(c.codec->error_feedback(exec, n)) {
+  py_feedback(py_codec& c, std::size_t n, int threads) : exec(threads), ef(c.codec->error_feedback(exec, n)) {
     exec.reserve(c.codec->workspace_bytes(exec, n));
   }
   gz::host exec;
   std::unique_ptr<any_feedback> ef;
+  std::mutex busy;
 };
 
 nb::bytes to_bytes(const std::vector<std::byte>& v) { return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size()); }
@@ -150,7 +155,14 @@ struct py_powersgd {
       : exec(threads), ps(exec, shapes, params) {}
   gz::host exec;
   gz::lowrank::powersgd<float, gz::host> ps;
+  std::mutex busy;
 };
+
+/// PowerSGD's factor: 0 (P) or 1 (Q), refused otherwise.
+gz::lowrank::factor factor_of(int f) {
+  if (f != 0 && f != 1) throw nb::value_error(("factor must be 0 (P) or 1 (Q), got " + std::to_string(f)).c_str());
+  return static_cast<gz::lowrank::factor>(f);
+}
 
 }  // namespace
 
@@ -176,13 +188,18 @@ NB_MODULE(_gradzip, m) {
       .def_ro("spec", &py_codec::spec)
       .def("max_compressed_bytes", [](const py_codec& c, std::size_t n) { return c.codec->max_compressed_bytes(n); })
       .def_prop_ro("fixed_size", [](const py_codec& c) { return c.codec->fixed_size(); })
-      .def("reserve", [](py_codec& c, std::size_t n) { c.exec.reserve(c.codec->workspace_bytes(c.exec, n)); })
+      .def("reserve",
+           [](py_codec& c, std::size_t n) {
+             std::lock_guard<std::mutex> lock(c.busy);
+             c.exec.reserve(c.codec->workspace_bytes(c.exec, n));
+           })
       .def(
           "compress",
           [](py_codec& c, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
             const auto in = floats(x, "tensor");
             const auto o = bytes(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.busy);
             return c.codec->compress(c.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
@@ -192,6 +209,7 @@ NB_MODULE(_gradzip, m) {
             const auto p = bytes(payload, "payload");
             const auto o = floats(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.busy);
             c.codec->decompress(c.exec, bytes_view(p.data(), p.size()), o);
           },
           nb::arg("payload"), nb::arg("out"))
@@ -201,6 +219,7 @@ NB_MODULE(_gradzip, m) {
             const auto p = bytes(payload, "payload");
             const auto o = floats(accum, "accum");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.busy);
             c.codec->decompress_add(c.exec, bytes_view(p.data(), p.size()), o, alpha);
           },
           nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
@@ -210,6 +229,7 @@ NB_MODULE(_gradzip, m) {
             const std::vector<bytes_view> views = payload_views(payloads);
             const auto o = floats(accum, "accum");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.busy);
             c.codec->decompress_add_all(c.exec, gz::span<const bytes_view>(views), o, alpha);
           },
           nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
@@ -219,6 +239,7 @@ NB_MODULE(_gradzip, m) {
             const std::vector<bytes_view> views = payload_views(payloads);
             const auto o = floats(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.busy);
             c.codec->decompress_all(c.exec, gz::span<const bytes_view>(views), o);
           },
           nb::arg("payloads"), nb::arg("out"))
@@ -232,7 +253,7 @@ NB_MODULE(_gradzip, m) {
           nb::arg("n"));
 
   nb::class_<py_feedback>(m, "ErrorFeedback")
-      .def(nb::init<const py_codec&, std::size_t, int>(), nb::arg("codec"), nb::arg("n"), nb::arg("threads") = 1)
+      .def(nb::init<py_codec&, std::size_t, int>(), nb::arg("codec"), nb::arg("n"), nb::arg("threads") = 1)
       .def_prop_ro("size", [](const py_feedback& f) { return f.ef->size(); })
       .def("max_compressed_bytes", [](const py_feedback& f) { return f.ef->max_compressed_bytes(); })
       .def(
@@ -241,11 +262,19 @@ NB_MODULE(_gradzip, m) {
             const auto in = floats(x, "tensor");
             const auto o = bytes(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(f.busy);
             return f.ef->compress(f.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
-      .def("save", [](py_feedback& f) { return to_bytes(f.ef->save(f.exec)); })
-      .def("restore", [](py_feedback& f, const nb::bytes& state) { f.ef->restore(f.exec, view_of(state)); });
+      .def("save",
+           [](py_feedback& f) {
+             std::lock_guard<std::mutex> lock(f.busy);
+             return to_bytes(f.ef->save(f.exec));
+           })
+      .def("restore", [](py_feedback& f, const nb::bytes& state) {
+        std::lock_guard<std::mutex> lock(f.busy);
+        f.ef->restore(f.exec, view_of(state));
+      });
 
   nb::class_<py_powersgd>(m, "PowerSGD")
       .def(
@@ -265,10 +294,10 @@ NB_MODULE(_gradzip, m) {
           nb::arg("warm_start") = true, nb::arg("error_feedback") = true, nb::arg("seed") = 0, nb::arg("threads") = 1)
       .def_prop_ro("size", [](const py_powersgd& s) { return s.ps.size(); })
       .def("payload_bytes",
-           [](const py_powersgd& s, int f) { return s.ps.payload_bytes(static_cast<gz::lowrank::factor>(f)); })
+           [](const py_powersgd& s, int f) { return s.ps.payload_bytes(factor_of(f)); })
       .def("factors_section",
            [](const py_powersgd& s, int f) {
-             const auto fr = s.ps.frame_of(static_cast<gz::lowrank::factor>(f));
+             const auto fr = s.ps.frame_of(factor_of(f));
              return std::make_tuple(static_cast<std::size_t>(fr.values_offset()), static_cast<std::size_t>(fr.elements));
            })
       .def("dense_ranges",
@@ -285,6 +314,7 @@ NB_MODULE(_gradzip, m) {
             const auto g = floats(grad, "grad");
             const auto o = bytes(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(s.busy);
             return s.ps.compress_p(s.exec, gz::span<const float>(g.data(), g.size()), o, context(step, tensor_id));
           },
           nb::arg("grad"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
@@ -294,6 +324,7 @@ NB_MODULE(_gradzip, m) {
             const auto p = bytes(p_sum, "p_sum");
             const auto o = bytes(out, "out");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(s.busy);
             return s.ps.compress_q(s.exec, bytes_view(p.data(), p.size()), o);
           },
           nb::arg("p_sum"), nb::arg("out"))
@@ -303,9 +334,17 @@ NB_MODULE(_gradzip, m) {
             const auto q = bytes(q_sum, "q_sum");
             const auto g = floats(grad, "grad");
             nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(s.busy);
             s.ps.decompress(s.exec, bytes_view(q.data(), q.size()), ranks, g);
           },
           nb::arg("q_sum"), nb::arg("ranks"), nb::arg("grad"))
-      .def("save", [](py_powersgd& s) { return to_bytes(s.ps.save(s.exec)); })
-      .def("restore", [](py_powersgd& s, const nb::bytes& state) { s.ps.restore(s.exec, view_of(state)); });
+      .def("save",
+           [](py_powersgd& s) {
+             std::lock_guard<std::mutex> lock(s.busy);
+             return to_bytes(s.ps.save(s.exec));
+           })
+      .def("restore", [](py_powersgd& s, const nb::bytes& state) {
+        std::lock_guard<std::mutex> lock(s.busy);
+        s.ps.restore(s.exec, view_of(state));
+      });
 }

@@ -4,16 +4,16 @@
 // stage := name ['(' arg (',' arg)* ')']
 // arg   := key '=' number
 //
-// Stages are named after gradzip's headers (docs/python.md lists them). Every error names the
+// Stages are named after gradzip's headers (docs/pytorch.md lists them). Every error names the
 // spec, the stage and the offending text, so a typo is found from the message alone.
 #pragma once
 
 #include <gradzip/core/error.hpp>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -103,10 +103,14 @@ class arguments {
   }
   std::uint64_t integer(const std::string& key, std::uint64_t fallback) {
     if (!has(key)) return fallback;
-    const double v = parse(key);
-    GRADZIP_EXPECTS(v >= 0 && v == std::floor(v) && v < 1.8446744073709552e19, "codec spec '", spec_, "': stage '",
-                    st_.name, "': ", key, " must be a non-negative integer, got ", st_.args.at(key));
-    return static_cast<std::uint64_t>(v);
+    read_.insert(key);
+    // Integers are read as integers (seeds use all 64 bits), without the locale.
+    const std::string& text = st_.args.at(key);
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    GRADZIP_EXPECTS(ec == std::errc() && end == text.data() + text.size(), "codec spec '", spec_, "': stage '",
+                    st_.name, "': ", key, " must be a non-negative integer below 2^64, got ", text);
+    return v;
   }
   bool flag(const std::string& key, bool fallback) {
     if (!has(key)) return fallback;
@@ -127,10 +131,10 @@ class arguments {
   double parse(const std::string& key) {
     read_.insert(key);
     const std::string& text = st_.args.at(key);
-    char* end = nullptr;
-    const double v = std::strtod(text.c_str(), &end);
-    GRADZIP_EXPECTS(end != text.c_str() && *end == '\0' && std::isfinite(v), "codec spec '", spec_, "': stage '",
-                    st_.name, "': ", key, "=", text, " is not a finite number");
+    double v = 0.0;  // from_chars: the C locale whatever LC_NUMERIC says
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    GRADZIP_EXPECTS(ec == std::errc() && end == text.data() + text.size() && std::isfinite(v), "codec spec '", spec_,
+                    "': stage '", st_.name, "': ", key, "=", text, " is not a finite number");
     return v;
   }
 

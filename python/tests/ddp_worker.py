@@ -83,6 +83,28 @@ def lossless_and_summable_match_plain_ddp(world: int):
     return out
 
 
+def _simulated_step(sims, grads, step: int, tensor_id: int) -> torch.Tensor:
+    """One PowerSGD step of every rank, here: compressor r on grads[r], P and Q summed in rank
+    order; this rank's result (the tensors left dense: their plain average)."""
+    world, me = len(sims), dist.get_rank()
+    ps = [torch.empty(sims[0].payload_bytes(0), dtype=torch.uint8) for _ in range(world)]
+    qs = [torch.empty(sims[0].payload_bytes(1), dtype=torch.uint8) for _ in range(world)]
+    for r in range(world):
+        sims[r].compress_p(grads[r], ps[r], step, tensor_id)
+    (po, pn), (qo, qn) = sims[0].factors_section(0), sims[0].factors_section(1)
+    p_sum = sum(p[po:po + 4 * pn].view(torch.float32) for p in ps)
+    for r in range(world):
+        ps[r][po:po + 4 * pn].view(torch.float32).copy_(p_sum)
+        sims[r].compress_q(ps[r], qs[r])
+    q_sum = sum(q[qo:qo + 4 * qn].view(torch.float32) for q in qs)
+    qs[me][qo:qo + 4 * qn].view(torch.float32).copy_(q_sum)
+    x = grads[me].clone()
+    sims[me].decompress(qs[me], world, x)
+    for o, n in sims[0].dense_ranges():
+        x[o:o + n] = sum(g[o:o + n] for g in grads) / world
+    return x
+
+
 def powersgd_matches_a_local_simulation(world: int):
     """One PowerSGD step through the hook equals the same step simulated in this process with a
     compressor per rank (P and Q summed here in rank order)."""
@@ -96,36 +118,31 @@ def powersgd_matches_a_local_simulation(world: int):
     shapes = [list(p.shape) for p in model.parameters()]
     sims = [gradzip.PowerSGDCompressor(shapes, rank=2, min_compression_rate=0, seed=5) for _ in range(world)]
     grads = [_local_grads(r, 3, 0) for r in range(world)]
-    p_bytes, q_bytes = sims[0].payload_bytes(0), sims[0].payload_bytes(1)
-    ps = [torch.empty(p_bytes, dtype=torch.uint8) for _ in range(world)]
-    qs = [torch.empty(q_bytes, dtype=torch.uint8) for _ in range(world)]
-    for r in range(world):
-        sims[r].compress_p(grads[r], ps[r], 0, 0)
-    (po, pn), (qo, qn) = sims[0].factors_section(0), sims[0].factors_section(1)
-    p_sum = sum(p[po:po + 4 * pn].view(torch.float32) for p in ps)
-    for r in range(world):
-        ps[r][po:po + 4 * pn].view(torch.float32).copy_(p_sum)
-        sims[r].compress_q(ps[r], qs[r])
-    q_sum = sum(q[qo:qo + 4 * qn].view(torch.float32) for q in qs)
-    qs[0][qo:qo + 4 * qn].view(torch.float32).copy_(q_sum)
-    expected = grads[dist.get_rank()].clone()
-    sims[dist.get_rank()].decompress(qs[0], world, expected)
-    # the biases went dense: their plain average
-    for o, n in sims[0].dense_ranges():
-        expected[o:o + n] = sum(g[o:o + n] for g in grads) / world
+    expected = _simulated_step(sims, grads, 0, 0)
     return {"max_rel_diff": float((got - expected).abs().max() / expected.abs().max()),
             "compressed_bytes": state.counters.step_bytes, "n": got.numel()}
 
 
-def _checkpoint_run(make_state, hook):
+def _deep(seed: int) -> nn.Module:
+    """Six 64x64 layers (25 KB each): several DDP buckets at bucket_cap_mb=0.06."""
+    torch.manual_seed(seed)
+    layers = [nn.Linear(64, 64) for _ in range(6)]
+    return nn.Sequential(*layers[:3], nn.ReLU(), *layers[3:], nn.Linear(64, 10))
+
+
+def _ddp(make_model, seed: int, cap: float) -> DDP:
+    return DDP(make_model(seed), bucket_cap_mb=cap) if cap else DDP(make_model(seed))
+
+
+def _checkpoint_run(make_state, hook, make_model=_mlp, cap: float = 0.0):
     """6 steps straight, against 3 steps, a checkpoint, a fresh DDP model restored from it, 3 steps."""
-    model = DDP(_mlp(4))
+    model = _ddp(make_model, 4, cap)
     state = make_state()
     model.register_comm_hook(state, hook)
     opt = _train(model, state, hook, 6)
     straight = _params(model)
 
-    model = DDP(_mlp(4))
+    model = _ddp(make_model, 4, cap)
     state = make_state()
     model.register_comm_hook(state, hook)
     opt = _train(model, state, hook, 3)
@@ -134,7 +151,7 @@ def _checkpoint_run(make_state, hook):
     ckpt = torch.load(path, weights_only=False)
     os.remove(path)
 
-    resumed = DDP(_mlp(99))  # other weights: everything must come from the checkpoint
+    resumed = _ddp(make_model, 99, cap)  # other weights: everything must come from the checkpoint
     resumed.load_state_dict(ckpt["model"])
     opt = torch.optim.SGD(resumed.parameters(), lr=0.1, momentum=0.9)
     opt.load_state_dict(ckpt["opt"])
@@ -154,6 +171,77 @@ def checkpoint_resume_is_bit_identical(world: int):
         "powersgd": _checkpoint_run(lambda: gzt.PowerSGDState(matrix_approximation_rank=2, min_compression_rate=0),
                                     gzt.powersgd_hook),
     }
+
+
+def multibucket_checkpoint_resumes_bit_identically(world: int):
+    """Several buckets, regrouped by DDP after the first step: the units keep the payloads'
+    groupings across the resume."""
+    return {
+        "topk+ef": _checkpoint_run(lambda: gzt.GradzipState("topk(ratio=0.05)", min_compression_rate=0),
+                                   gzt.gradzip_hook, _deep, 0.06),
+        "threshold": _checkpoint_run(lambda: gzt.GradzipState("threshold(tau=0.01)", min_compression_rate=0),
+                                     gzt.gradzip_hook, _deep, 0.06),
+        "powersgd": _checkpoint_run(lambda: gzt.PowerSGDState(matrix_approximation_rank=2, min_compression_rate=0),
+                                    gzt.powersgd_hook, _deep, 0.06),
+    }
+
+
+def multibucket_matches_plain_ddp(world: int):
+    """Several buckets in flight: lossless codecs through every path (fixed-size gather,
+    variable-size gather, allreduce) give plain DDP's average, step after step, and PowerSGD at
+    full rank follows it (Gram-Schmidt in float on these nearly rank-deficient matrices loses
+    some accuracy) without a collective out of order."""
+    out = {}
+    for spec in ("dense", "threshold(tau=0)", "fp16", "powersgd"):
+        reference, model = _ddp(_deep, 6, 0.06), _ddp(_deep, 6, 0.06)
+        if spec == "powersgd":
+            state = gzt.PowerSGDState(matrix_approximation_rank=64, min_compression_rate=0,
+                                      use_error_feedback=False, warm_start=False)
+            model.register_comm_hook(state, gzt.powersgd_hook)
+        else:
+            state = gzt.GradzipState(spec, error_feedback=False, min_compression_rate=0)
+            model.register_comm_hook(state, gzt.gradzip_hook)
+        worst, cosine = 0.0, 1.0
+        for step in range(4):
+            x, y = _batch(dist.get_rank(), step)
+            for m in (reference, model):
+                m.zero_grad()
+                nn.functional.cross_entropy(m(x), y).backward()
+            ref = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+            got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            worst = max(worst, float((got - ref).abs().max() / ref.abs().max()))
+            cosine = min(cosine, float(torch.nn.functional.cosine_similarity(got, ref, dim=0)))
+        out[spec] = {"rel_err": worst, "cosine": cosine, "units": len(state.units)}
+        if spec == "powersgd":
+            out[spec]["sim_rel_err"] = _simulate_powersgd_units(state, got, world, step)
+    return out
+
+
+def _simulate_powersgd_units(state, got: torch.Tensor, world: int, step: int) -> float:
+    """The hook's last step, simulated here unit by unit with a compressor per rank: parameter
+    number k is model.parameters()[k] (DDP's first layout lists them in order)."""
+    params = list(_deep(6).parameters())
+    grads = []
+    for r in range(world):
+        model = _deep(6)
+        x, y = _batch(r, step)
+        nn.functional.cross_entropy(model(x), y).backward()
+        grads.append([p.grad.reshape(-1) for p in model.parameters()])
+    offsets = [0]
+    for p in params:
+        offsets.append(offsets[-1] + p.numel())
+    expected = got.clone()
+    for unit in state.units:
+        shapes = [list(params[k].shape) for k in unit]
+        sims = [gradzip.PowerSGDCompressor(shapes, rank=64, min_compression_rate=0, warm_start=False,
+                                           error_feedback=False) for _ in range(world)]
+        xs = [torch.cat([grads[r][k] for k in unit]) for r in range(world)]
+        x = _simulated_step(sims, xs, step, unit[0])
+        at = 0
+        for k in unit:
+            expected[offsets[k]:offsets[k + 1]] = x[at:at + params[k].numel()]
+            at += params[k].numel()
+    return float((got - expected).abs().max() / expected.abs().max())
 
 
 def corrupted_payload_names_its_rank(world: int):
@@ -190,6 +278,8 @@ SCENARIOS = {
     "powersgd": powersgd_matches_a_local_simulation,
     "checkpoint": checkpoint_resume_is_bit_identical,
     "corrupt": corrupted_payload_names_its_rank,
+    "multibucket": multibucket_matches_plain_ddp,
+    "multibucket_checkpoint": multibucket_checkpoint_resumes_bit_identically,
 }
 
 

@@ -201,3 +201,28 @@ def test_error_feedback_keeps_what_is_dropped_and_restores():
     assert bytes(twin.compress(g, step=3).numpy()) == bytes(ef.compress(g, step=3).numpy())
     with pytest.raises(gradzip.FormatError):
         gradzip.ErrorFeedback("topk(ratio=0.01)", 100).restore(state)
+
+
+def test_spec_numbers_round_trip_exactly():
+    # numpy scalars print as numbers; integers keep all 64 bits (seeds above 2^53 differ).
+    assert gradzip.TopK(ratio=np.float64(0.01), k=None).spec == "topk(ratio=0.01)"
+    assert gradzip.RandomK(k=np.int64(5), seed=3).spec.startswith("randomk(k=5,seed=3")
+    g = torch.randn(2048, generator=torch.Generator().manual_seed(4))
+    a = gradzip.Codec(gradzip.QSGD(seed=2**60)).compress(g)
+    b = gradzip.Codec(gradzip.QSGD(seed=2**60 + 1)).compress(g)
+    assert not torch.equal(a, b)
+    assert gradzip.Codec("qsgd(seed=18446744073709551615)").spec.endswith("551615)")
+    with pytest.raises(ValueError, match="seed must be a non-negative integer below 2\\^64, got 18446744073709551616"):
+        gradzip.Codec("qsgd(seed=18446744073709551616)")
+    with pytest.raises(ValueError, match="seed must be a non-negative integer below 2\\^64, got 1.5"):
+        gradzip.Codec("qsgd(seed=1.5)")
+
+
+def test_default_spec_objects_build():
+    for spec in (gradzip.Hadamard(), gradzip.HashedTopK(ratio=0.01, values=gradzip.FP16()),
+                 gradzip.HashedTopK(ratio=0.01, slots=0.03, encoding="automatic")):
+        gradzip.Codec(spec).compress(torch.randn(4096))
+    import copy
+    ps = copy.copy(gradzip.PowerSGDCompressor([[4, 4]]))  # no recursion through __getattr__
+    with pytest.raises(ValueError, match="factor must be 0 \\(P\\) or 1 \\(Q\\), got 7"):
+        gradzip.PowerSGDCompressor([[4, 4]]).payload_bytes(7)

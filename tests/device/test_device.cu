@@ -264,6 +264,42 @@ TEST_CASE("cuda momentum correction follows the host's step for step", "[gpu]") 
       [](gz::span<const std::byte>) {});
 }
 
+TEST_CASE("cuda fused compressor follows the host's groups, state and decode", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  const gz::fusion::layout l({3000, 17, 1, 20000, 0, 4096}, {0, 2, 3});
+  gz::cuda dev;
+  gz::host host;
+  const codec_t c{gz::sparsify::topk::ratio(0.02)};
+  for (const auto kept : {gz::fusion::state::error_feedback, gz::fusion::state::momentum_correction}) {
+    gz::fusion::fused_compressor<codec_t, float, gz::host> h(host, c, l, kept);
+    gz::fusion::fused_compressor<codec_t, float, gz::cuda> d(dev, c, l, kept);
+    gz::fusion::flat_buffer<float, gz::cuda> grads(dev, l), dsum(dev, l);
+    std::vector<float> hsum(l.total(), 0.0f);
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      const auto g = gradzip_tools::synthetic_gradient<float>(l.total(), 90 + step);
+      GRADZIP_CUDA_TRY(cudaMemcpy(grads.all().data(), g.data(), g.size() * sizeof(float), cudaMemcpyHostToDevice));
+      for (std::size_t group = 0; group < l.group_count(); ++group) {
+        std::vector<std::byte> hout(h.max_compressed_bytes(group));
+        device_vector<std::byte> dout(hout.size());
+        const auto hb = h.compress(host, group, gz::span<const float>(g), gz::span<std::byte>(hout), {step, 5});
+        const auto db = d.compress(dev, group, gz::span<const float>(grads.all()), dout.view(), {step, 5});
+        dev.check();
+        INFO("step " << step << " group " << group);
+        REQUIRE(hb == db);
+        CHECK(dout.download(db) == std::vector<std::byte>(hout.begin(), hout.begin() + hb));
+        h.decompress_add(host, group, gz::span<const std::byte>(hout.data(), hb), gz::span<float>(hsum), 0.5f);
+        d.decompress_add(dev, group, gz::span<const std::byte>(dout.data, db), dsum.all(), 0.5f);
+        dev.check();
+      }
+    }
+    std::vector<float> back(l.total());
+    GRADZIP_CUDA_TRY(cudaMemcpy(back.data(), dsum.all().data(), back.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(back == hsum);
+    CHECK(d.save(dev) == h.save(host));
+  }
+}
+
 TEST_CASE("cuda EF21 follows the host's step for step", "[gpu]") {
   REQUIRE_GPU();
   using codec_t = gz::codec<gz::sparsify::topk>;

@@ -34,6 +34,12 @@ extern std::vector<float> bucket;     // a bucket of gradients: tensors back to 
 extern gradzip::comm::communicator& comm;  // MPI, NCCL or your own (docs/communication.md)
 extern std::vector<std::uint64_t> indices;  // this rank's nonzeros, increasing, < n (sparse_sync)
 extern std::vector<float> values;     // their values
+extern std::vector<std::size_t> sizes;      // a model's tensor sizes, in backprop order
+extern std::vector<double> backward_seconds;  // each tensor's backward compute time
+extern double forward_seconds;              // the forward pass's time
+extern gradzip::schedule::workload w;       // sizes and backward times (schedule/timeline.hpp)
+extern gradzip::schedule::cost_model model;  // a calibrated cost model (schedule/cost_model.hpp)
+extern std::vector<gradzip::schedule::option> options;  // the ways a group may be synchronized
 
 using codec_t = gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo>;
 extern const codec_t codec;           // a codec chosen elsewhere

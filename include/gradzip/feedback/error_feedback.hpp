@@ -26,6 +26,19 @@
 
 namespace gradzip::feedback {
 
+namespace detail {
+/// One step of error feedback on a residual e the caller owns (this class's, or a slice of a
+/// fusion::fused_compressor's flat state): e <- g + e, out <- C(e), e <- e - D(out).
+template <class Codec, class T, class Exec>
+std::size_t error_feedback_step(Exec& exec, const Codec& codec, span<T> e, span<const T> grad, span<std::byte> out,
+                                quantize::compress_context ctx) {
+  gradzip::detail::executor_ops<Exec>::add(exec, e, grad);  // e now holds p = g + e
+  const std::size_t bytes = codec.compress(exec, span<const T>(e), out, ctx);
+  codec.decompress_add(exec, span<const std::byte>(out.data(), bytes), e, -1.0f);
+  return bytes;
+}
+}  // namespace detail
+
 template <class Codec, class T, class Exec>
 class error_feedback {
   static_assert(is_element_v<T>, "error_feedback<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
@@ -57,11 +70,7 @@ class error_feedback {
     GRADZIP_EXPECTS(grad.size() == size_, "error_feedback: gradient has ", grad.size(),
                     " elements, the residual ", size_);
     detail::expect_output(out, max_compressed_bytes<T>(), "error_feedback::compress");
-    span<T> e = ops::view(residual_);
-    ops::add(exec, e, grad);  // e now holds p = g + e
-    const std::size_t bytes = codec_.compress(exec, span<const T>(e), out, ctx);
-    codec_.decompress_add(exec, span<const std::byte>(out.data(), bytes), e, -1.0f);
-    return bytes;
+    return detail::error_feedback_step(exec, codec_, ops::view(residual_), grad, out, ctx);
   }
 
   /// The residual as a payload (codec id 0: dense values), for checkpoints. Synchronous.

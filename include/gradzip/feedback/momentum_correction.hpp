@@ -33,6 +33,23 @@
 
 namespace gradzip::feedback {
 
+namespace detail {
+/// One step of momentum correction on state the caller owns (this class's, or slices of a
+/// fusion::fused_compressor's flat state): u <- m u + g, v <- v + u, out <- C(v), d <- D(out),
+/// v <- v - d, u <- 0 where d != 0. `d` is scratch of the gradient's size.
+template <class Codec, class T, class Exec>
+std::size_t momentum_correction_step(Exec& exec, const Codec& codec, span<T> u, span<T> v, span<T> d,
+                                     span<const T> grad, span<std::byte> out, float momentum,
+                                     quantize::compress_context ctx) {
+  using ops = gradzip::detail::executor_ops<Exec>;
+  ops::correct_momentum(exec, u, v, grad, momentum);
+  const std::size_t bytes = codec.compress(exec, span<const T>(v), out, ctx);
+  codec.decompress(exec, span<const std::byte>(out.data(), bytes), d);
+  ops::mask_sent(exec, u, v, span<const T>(d));
+  return bytes;
+}
+}  // namespace detail
+
 template <class Codec, class T, class Exec>
 class momentum_correction {
   static_assert(is_element_v<T>, "momentum_correction<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
@@ -71,12 +88,8 @@ class momentum_correction {
     GRADZIP_EXPECTS(grad.size() == size_, "momentum_correction: gradient has ", grad.size(),
                     " elements, the state ", size_);
     detail::expect_output(out, max_compressed_bytes<T>(), "momentum_correction::compress");
-    span<T> u = ops::view(velocity_), v = ops::view(accumulated_), d = ops::view(decoded_);
-    ops::correct_momentum(exec, u, v, grad, momentum_);
-    const std::size_t bytes = codec_.compress(exec, span<const T>(v), out, ctx);
-    codec_.decompress(exec, span<const std::byte>(out.data(), bytes), d);
-    ops::mask_sent(exec, u, v, span<const T>(d));
-    return bytes;
+    return detail::momentum_correction_step(exec, codec_, ops::view(velocity_), ops::view(accumulated_),
+                                            ops::view(decoded_), grad, out, momentum_, ctx);
   }
 
   /// u then v, each a dense-state payload (codec id 0), for checkpoints. Synchronous.

@@ -1,0 +1,155 @@
+/**
+ * @file cost_model.hpp
+ * @brief `schedule::cost_model`: what compressing, moving and decoding a fusion group costs, as
+ * calibrated on the machine at hand; and `schedule::option`, one way to synchronize a group.
+ *
+ * Each codec's compress and `decompress_add` on each executor cost α + β · bytes (α a fixed
+ * cost per call, β per input byte: the dense gradient's bytes), fitted by `gradzip_calibrate`
+ * (docs/scheduling.md) from timings at several sizes. Its payload is `ratio` bytes per input
+ * byte plus `fixed` bytes. The network is comm::link_model (a latency per round, a cost per
+ * message, a bandwidth), the same model as Zen's sparse synchronization (comm/sparse_cost.hpp):
+ *
+ * - allreduce of b bytes (Rabenseifner: reduce-scatter then allgather): 2 log2 P rounds and
+ *   messages, 2 (P - 1) / P · b bytes;
+ * - allgather of b bytes from each rank: log2 P rounds, P - 1 messages, (P - 1) · b bytes;
+ * - sparse synchronization: comm::estimate's cheapest of Zen's two schemes, for ranks whose
+ *   nonzeros are drawn independently (union of k ranks: n (1 - (1 - d)^k) at density d).
+ *
+ * Offloading to the host adds a copy of the group's gradient to the host and of the decoded
+ * update back, over `pcie` (a latency and a bandwidth each way).
+ *
+ * @code
+ * gradzip::schedule::cost_model m;
+ * m.ranks = 8;
+ * m.network = {5e-6, 12.5e9, 5e-7};                       // 100 Gb/s
+ * m.codecs.push_back(gradzip::schedule::codec_cost::uncompressed());
+ * double s = m.allreduce_seconds(4.0 * 25.6e6);          // fp32 ResNet-50 in one allreduce
+ * @endcode
+ */
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "gradzip/comm/sparse_cost.hpp"
+#include "gradzip/core/error.hpp"
+
+namespace gradzip::schedule {
+
+/// alpha + beta · bytes seconds. A cost not measured (a device cost calibrated without a GPU)
+/// holds NaN, and options that need it are rejected.
+struct linear_cost {
+  double alpha = 0.0;  ///< seconds per call
+  double beta = 0.0;   ///< seconds per input byte
+  double operator()(double bytes) const { return alpha + beta * bytes; }
+  bool known() const { return std::isfinite(alpha) && std::isfinite(beta); }
+  static linear_cost unknown() { return {std::nan(""), std::nan("")}; }
+};
+
+/// Where a codec runs.
+enum class executor_kind { device, host };
+
+/// How a group's payload travels.
+enum class route {
+  allreduce,    ///< one allreduce of the payload (summable codecs, and uncompressed fp32)
+  allgather,    ///< every rank's payload to every rank, each decoded
+  sparse_sync,  ///< Zen's sparse synchronization (sparsifying codecs)
+};
+
+inline const char* name(route r) {
+  switch (r) {
+    case route::allreduce: return "allreduce";
+    case route::allgather: return "allgather";
+    case route::sparse_sync: return "sparse_sync";
+  }
+  return "?";
+}
+inline const char* name(executor_kind e) { return e == executor_kind::device ? "device" : "host"; }
+
+/// What one codec costs, on each executor.
+struct codec_cost {
+  std::string name;
+  linear_cost device_compress, device_decompress_add;
+  linear_cost host_compress, host_decompress_add;
+  double ratio = 1.0;      ///< payload bytes per input byte
+  double fixed = 0.0;      ///< payload bytes per payload (header, frame)
+  double density = 1.0;    ///< the fraction of elements it selects (sparse_sync's nonzeros)
+  bool summable = false;   ///< may travel by allreduce
+  bool identity = false;   ///< no codec call at all: the gradient itself travels (fp32)
+
+  /// The gradient as it is: no compress, no decode, 4 bytes per fp32 element, summable.
+  static codec_cost uncompressed() {
+    codec_cost c;
+    c.name = "fp32";
+    c.summable = true;
+    c.identity = true;
+    return c;
+  }
+
+  double payload_bytes(double input_bytes) const { return ratio * input_bytes + fixed; }
+  const linear_cost& compress(executor_kind e) const { return e == executor_kind::device ? device_compress : host_compress; }
+  const linear_cost& decompress_add(executor_kind e) const {
+    return e == executor_kind::device ? device_decompress_add : host_decompress_add;
+  }
+};
+
+/// One way to synchronize a group: a codec (an index into cost_model::codecs), its route and
+/// where it runs.
+struct option {
+  std::size_t codec = 0;
+  route path = route::allreduce;
+  executor_kind where = executor_kind::device;
+};
+
+/// The machine: ranks, network, host link, and each codec's costs.
+struct cost_model {
+  int ranks = 1;
+  comm::link_model network;
+  linear_cost pcie{10e-6, 1.0 / 25e9};  ///< one copy between device and host (each way)
+  /// A device compress runs on backprop's resource (it competes for the SMs): timeline.hpp.
+  bool encode_on_compute = true;
+  /// Every stage runs on backprop's resource, one after another: a training loop on one CPU
+  /// thread that synchronizes its groups in turn (examples/mpi_train.cpp), with no overlap.
+  bool serial = false;
+  std::vector<codec_cost> codecs;
+
+  double allreduce_seconds(double bytes) const {
+    if (ranks <= 1) return 0.0;
+    const double P = ranks, rounds = 2.0 * std::ceil(std::log2(P));
+    return rounds * (network.latency_s + network.message_s) + 2.0 * (P - 1.0) / P * bytes / network.bytes_per_s;
+  }
+  double allgather_seconds(double bytes_each) const {
+    if (ranks <= 1) return 0.0;
+    const double P = ranks;
+    return std::ceil(std::log2(P)) * network.latency_s + (P - 1.0) * network.message_s +
+           (P - 1.0) * bytes_each / network.bytes_per_s;
+  }
+  /// Zen's cheaper scheme for `elements` fp32 values at `density`, ranks independent.
+  double sparse_sync_seconds(double elements, double density) const {
+    if (ranks <= 1) return 0.0;
+    comm::sparsity_profile p{static_cast<std::uint64_t>(elements), ranks, density * elements, {}};
+    for (int k = 1; k <= ranks; k *= 2) p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, k)));
+    if ((ranks & (ranks - 1)) != 0) p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, ranks)));
+    const comm::scheme_costs c = comm::estimate(p, network);
+    return std::fmin(c.seconds[static_cast<int>(comm::sync_choice::balanced_parallelism)],
+                     c.seconds[static_cast<int>(comm::sync_choice::hierarchical_centralization)]);
+  }
+
+  /// Throws unless `o` names a codec of this model that can take its route.
+  void check(const option& o) const {
+    GRADZIP_EXPECTS(o.codec < codecs.size(), "cost_model: option names codec ", o.codec, " of ", codecs.size());
+    const codec_cost& c = codecs[o.codec];
+    GRADZIP_EXPECTS(o.path != route::allreduce || c.summable, "cost_model: codec '", c.name,
+                    "' is not summable, so it cannot travel by allreduce");
+    GRADZIP_EXPECTS(o.path != route::sparse_sync || c.density < 1.0, "cost_model: codec '", c.name,
+                    "' selects every element (density ", c.density, "), so sparse_sync does not apply");
+    GRADZIP_EXPECTS(c.identity || (c.compress(o.where).known() && c.decompress_add(o.where).known()),
+                    "cost_model: codec '", c.name, "' has no ", name(o.where), " costs (calibrate it there)");
+    GRADZIP_EXPECTS(!c.identity || (o.where == executor_kind::device && o.path == route::allreduce), "cost_model: '",
+                    c.name, "' runs no codec: it travels by allreduce, on the device");
+  }
+};
+
+}  // namespace gradzip::schedule

@@ -1,0 +1,164 @@
+/**
+ * @file serialize.hpp
+ * @brief Cost models and plans to and from JSON (schedule/json.hpp): the calibration that
+ * `gradzip_calibrate` writes, and the plan that `gradzip_plan` writes for the fusion buffer and
+ * the training loop to read.
+ *
+ * A cost model:
+ *
+ *     {"ranks": 8,
+ *      "network": {"latency_s": 5e-6, "bytes_per_s": 12.5e9, "message_s": 5e-7},
+ *      "pcie": {"alpha": 1e-5, "beta": 4e-11}, "encode_on_compute": true, "serial": false,
+ *      "codecs": [{"name": "topk1", "ratio": 0.0201, "fixed": 96, "density": 0.01,
+ *                  "summable": false, "identity": false,
+ *                  "host_compress": {"alpha": 3e-6, "beta": 5e-10},
+ *                  "host_decompress_add": {...}, "device_compress": {...},
+ *                  "device_decompress_add": {...}}]}
+ *
+ * A cost that is absent is unknown (NaN, see cost_model.hpp); `ranks`, `network`, `pcie`,
+ * `encode_on_compute` and `serial` take their defaults when absent, so a calibration file alone is a cost model. A plan names
+ * its codecs, so that whoever runs it maps names to its own codec objects:
+ *
+ *     {"group_starts": [0, 12, 40],
+ *      "groups": [{"codec": "fp32", "route": "allreduce", "executor": "device"}, ...]}
+ */
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gradzip/schedule/cost_model.hpp"
+#include "gradzip/schedule/json.hpp"
+#include "gradzip/schedule/timeline.hpp"
+
+namespace gradzip::schedule {
+
+inline json to_json(const linear_cost& c) {
+  return json::object().set("alpha", c.alpha).set("beta", c.beta);
+}
+
+inline json to_json(const codec_cost& c) {
+  json o = json::object();
+  o.set("name", c.name).set("ratio", c.ratio).set("fixed", c.fixed).set("density", c.density);
+  o.set("summable", c.summable).set("identity", c.identity);
+  const std::pair<const char*, const linear_cost*> costs[] = {{"host_compress", &c.host_compress},
+                                                              {"host_decompress_add", &c.host_decompress_add},
+                                                              {"device_compress", &c.device_compress},
+                                                              {"device_decompress_add", &c.device_decompress_add}};
+  for (const auto& [key, cost] : costs) {
+    if (cost->known()) o.set(key, to_json(*cost));
+  }
+  return o;
+}
+
+inline json to_json(const cost_model& m) {
+  json codecs = json::array();
+  for (const codec_cost& c : m.codecs) codecs.push(to_json(c));
+  return json::object()
+      .set("ranks", m.ranks)
+      .set("network", json::object()
+                          .set("latency_s", m.network.latency_s)
+                          .set("bytes_per_s", m.network.bytes_per_s)
+                          .set("message_s", m.network.message_s))
+      .set("pcie", to_json(m.pcie))
+      .set("encode_on_compute", m.encode_on_compute)
+      .set("serial", m.serial)
+      .set("codecs", std::move(codecs));
+}
+
+namespace detail {
+
+inline linear_cost cost_from_json(const json& o, const char* key) {
+  if (!o.contains(key)) return linear_cost::unknown();
+  const json& c = o.at(key);
+  return {c.at("alpha").number(), c.at("beta").number()};
+}
+
+}  // namespace detail
+
+inline codec_cost codec_cost_from_json(const json& o) {
+  codec_cost c;
+  c.name = o.at("name").text();
+  c.ratio = o.at("ratio").number();
+  c.fixed = o.number_or("fixed", 0.0);
+  c.density = o.number_or("density", 1.0);
+  c.summable = o.contains("summable") && o.at("summable").boolean();
+  c.identity = o.contains("identity") && o.at("identity").boolean();
+  c.host_compress = detail::cost_from_json(o, "host_compress");
+  c.host_decompress_add = detail::cost_from_json(o, "host_decompress_add");
+  c.device_compress = detail::cost_from_json(o, "device_compress");
+  c.device_decompress_add = detail::cost_from_json(o, "device_decompress_add");
+  GRADZIP_EXPECTS(c.ratio >= 0.0 && c.fixed >= 0.0 && c.density > 0.0 && c.density <= 1.0, "cost model: codec '",
+                  c.name, "' has ratio ", c.ratio, ", fixed ", c.fixed, " and density ", c.density,
+                  " (ratio and fixed must be >= 0, density in (0, 1])");
+  return c;
+}
+
+inline cost_model cost_model_from_json(const json& o) {
+  cost_model m;
+  m.ranks = static_cast<int>(o.number_or("ranks", 1.0));
+  GRADZIP_EXPECTS(m.ranks >= 1, "cost model: ranks must be >= 1, got ", o.number_or("ranks", 1.0));
+  if (o.contains("network")) {
+    const json& n = o.at("network");
+    m.network = {n.at("latency_s").number(), n.at("bytes_per_s").number(), n.number_or("message_s", 0.0)};
+    GRADZIP_EXPECTS(m.network.bytes_per_s > 0.0 && m.network.latency_s >= 0.0 && m.network.message_s >= 0.0,
+                    "cost model: bad network (latency_s ", m.network.latency_s, ", bytes_per_s ",
+                    m.network.bytes_per_s, ", message_s ", m.network.message_s, ")");
+  }
+  if (o.contains("pcie")) m.pcie = detail::cost_from_json(o, "pcie");
+  if (o.contains("encode_on_compute")) m.encode_on_compute = o.at("encode_on_compute").boolean();
+  if (o.contains("serial")) m.serial = o.at("serial").boolean();
+  for (const json& c : o.at("codecs").items()) m.codecs.push_back(codec_cost_from_json(c));
+  return m;
+}
+
+inline json to_json(const plan& p, const cost_model& m) {
+  json starts = json::array(), groups = json::array();
+  for (std::size_t s : p.group_starts) starts.push(s);
+  for (const option& o : p.options) {
+    m.check(o);
+    groups.push(json::object()
+                    .set("codec", m.codecs[o.codec].name)
+                    .set("route", name(o.path))
+                    .set("executor", name(o.where)));
+  }
+  return json::object().set("group_starts", std::move(starts)).set("groups", std::move(groups));
+}
+
+/// A plan, its codecs resolved by name against `m`'s (each option checked against m).
+inline plan plan_from_json(const json& o, const cost_model& m) {
+  plan p;
+  for (const json& s : o.at("group_starts").items()) {
+    GRADZIP_EXPECTS(s.number() >= 0 && s.number() == std::floor(s.number()) && s.number() < 9.007199254740992e15,
+                    "plan: group start ", s.number(), " is not a tensor index");
+    p.group_starts.push_back(static_cast<std::size_t>(s.number()));
+  }
+  for (const json& g : o.at("groups").items()) {
+    option opt;
+    const std::string& codec = g.at("codec").text();
+    opt.codec = m.codecs.size();
+    for (std::size_t c = 0; c < m.codecs.size(); ++c) {
+      if (m.codecs[c].name == codec) opt.codec = c;
+    }
+    GRADZIP_EXPECTS(opt.codec < m.codecs.size(), "plan: unknown codec '", codec, "'");
+    const std::string& path = g.at("route").text();
+    if (path == "allreduce") {
+      opt.path = route::allreduce;
+    } else if (path == "allgather") {
+      opt.path = route::allgather;
+    } else {
+      GRADZIP_EXPECTS(path == "sparse_sync", "plan: unknown route '", path, "'");
+      opt.path = route::sparse_sync;
+    }
+    const std::string& where = g.at("executor").text();
+    GRADZIP_EXPECTS(where == "device" || where == "host", "plan: unknown executor '", where, "'");
+    opt.where = where == "device" ? executor_kind::device : executor_kind::host;
+    m.check(opt);
+    p.options.push_back(opt);
+  }
+  GRADZIP_EXPECTS(p.options.size() == p.group_starts.size(), "plan: ", p.group_starts.size(), " group starts but ",
+                  p.options.size(), " groups");
+  return p;
+}
+
+}  // namespace gradzip::schedule

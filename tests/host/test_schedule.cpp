@@ -1,0 +1,235 @@
+// The timeline simulator, Cupcake's scheduler and Espresso's planner: the simulator against
+// hand-computed timelines, the planners against exhaustive search.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "gradzip/schedule/planner.hpp"
+#include "gradzip/schedule/serialize.hpp"
+
+using namespace gradzip::schedule;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// fp32; fp16 cast (summable); top-k 1 % (allgather, sparse); QSGD-like 4-bit (allgather).
+cost_model test_model(int ranks, double bytes_per_s) {
+  cost_model m;
+  m.ranks = ranks;
+  m.network = {20e-6, bytes_per_s, 1e-6};
+  m.pcie = {10e-6, 1.0 / 20e9};
+  m.codecs.push_back(codec_cost::uncompressed());
+  codec_cost fp16{"fp16", {8e-6, 1.0 / 900e9}, {8e-6, 1.0 / 900e9}, {2e-6, 1.0 / 8e9}, {2e-6, 1.0 / 8e9}, 0.5, 64, 1.0, true, false};
+  codec_cost topk{"topk", {40e-6, 1.0 / 300e9}, {10e-6, 1.0 / 2000e9}, {5e-6, 1.0 / 2e9}, {3e-6, 1.0 / 50e9}, 0.02, 96, 0.01, false, false};
+  codec_cost qsgd{"qsgd4", {15e-6, 1.0 / 700e9}, {12e-6, 1.0 / 800e9}, {4e-6, 1.0 / 3e9}, {4e-6, 1.0 / 4e9}, 0.133, 96, 1.0, false, false};
+  m.codecs.push_back(fp16);
+  m.codecs.push_back(topk);
+  m.codecs.push_back(qsgd);
+  return m;
+}
+
+const option fp32_allreduce{0, route::allreduce, executor_kind::device};
+const option fp16_allreduce{1, route::allreduce, executor_kind::device};
+const option topk_allgather{2, route::allgather, executor_kind::device};
+const option topk_sparse{2, route::sparse_sync, executor_kind::device};
+const option qsgd_host{3, route::allgather, executor_kind::host};
+
+/// Tensors of 2^6 .. 2^22 elements, each with 20 us .. 3 ms of backward compute (times `scale`).
+workload random_workload(std::size_t n, unsigned seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> log_size(6, 22);
+  std::uniform_real_distribution<double> backward(20e-6 * scale, 3e-3 * scale);
+  workload w;
+  w.forward_s = 5e-3;
+  for (std::size_t t = 0; t < n; ++t) {
+    w.sizes.push_back(std::size_t{1} << log_size(rng));
+    w.backward_s.push_back(backward(rng));
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("simulate: one fp32 group waits for backprop, then one allreduce", "[schedule]") {
+  const cost_model m = test_model(4, 1e9);
+  const workload w{{1000, 3000}, {1e-3, 2e-3}, 10e-3, 4.0};
+  const timeline t = simulate(w, m, plan{{0}, {fp32_allreduce}});
+  // 16,000 bytes: 2 log2 4 = 4 rounds of 21 us, 2 (3/4) 16000 B at 1 GB/s = 24 us.
+  const double allreduce = 4 * 21e-6 + 24e-6;
+  REQUIRE(t.groups.size() == 1);
+  CHECK(t.backward_end == Approx(3e-3));
+  CHECK(t.groups[0].ready == Approx(3e-3));
+  CHECK(t.groups[0].done == Approx(3e-3 + allreduce));
+  CHECK(t.iteration_s == Approx(10e-3 + 3e-3 + allreduce));
+  CHECK(t.busy[network] == Approx(allreduce));
+}
+
+TEST_CASE("simulate: groups queue on the network and overlap backprop", "[schedule]") {
+  const cost_model m = test_model(2, 1e8);
+  // Two groups; the first group's transfer (400 KB at 100 MB/s: 4 ms) outlasts the second's backprop.
+  const workload w{{100000, 10}, {1e-3, 1e-3}, 0.0, 4.0};
+  const timeline t = simulate(w, m, plan{{0, 1}, {fp32_allreduce, fp32_allreduce}});
+  const double first = 2 * 21e-6 + 1.0 * 400000 / 1e8, second = 2 * 21e-6 + 1.0 * 40 / 1e8;
+  CHECK(t.groups[0].done == Approx(1e-3 + first));
+  CHECK(t.groups[1].stages[0].start == Approx(1e-3 + first));  // waits for the network, not for its gradient
+  CHECK(t.iteration_s == Approx(1e-3 + first + second));
+}
+
+TEST_CASE("simulate: a device compress runs between backprop steps and delays the next group", "[schedule]") {
+  cost_model m = test_model(2, 1e9);
+  const workload w{{1000, 1000}, {1e-3, 1e-3}, 0.0, 4.0};
+  const double encode = 40e-6 + 4000.0 / 300e9;  // top-k's device compress of 1000 floats
+  timeline t = simulate(w, m, plan{{0, 1}, {topk_allgather, topk_allgather}});
+  CHECK(t.groups[0].ready == Approx(1e-3));
+  CHECK(t.groups[1].ready == Approx(2e-3 + encode));  // its backprop waited for group 0's compress
+  CHECK(t.groups[0].stages[0].on == compute);
+  m.encode_on_compute = false;  // a stream that does not compete with backprop
+  t = simulate(w, m, plan{{0, 1}, {topk_allgather, topk_allgather}});
+  CHECK(t.groups[1].ready == Approx(2e-3));
+  CHECK(t.groups[0].stages[0].on == device_encode);
+  m.serial = true;  // one thread: the iteration is the sum of everything
+  t = simulate(w, m, plan{{0, 1}, {topk_allgather, topk_allgather}});
+  double total = 2e-3;
+  for (const auto& g : t.groups) {
+    for (const auto& st : g.stages) {
+      CHECK(st.on == compute);
+      total += st.end - st.start;
+    }
+  }
+  CHECK(t.iteration_s == Approx(total));
+}
+
+TEST_CASE("simulate: a host-offloaded codec copies down, encodes, sends, decodes per rank, copies up", "[schedule]") {
+  const cost_model m = test_model(4, 1e9);
+  const workload w{{1 << 20}, {1e-3}, 0.0, 4.0};
+  const timeline t = simulate(w, m, plan{{0}, {qsgd_host}});
+  REQUIRE(t.groups[0].stages.size() == 5);
+  const resource order[5] = {to_host, host_encode, network, host_decode, to_device};
+  for (int s = 0; s < 5; ++s) CHECK(t.groups[0].stages[s].on == order[s]);
+  const double bytes = 4.0 * (1 << 20);
+  CHECK(t.busy[host_decode] == Approx(4 * (4e-6 + bytes / 4e9)));  // one decode per rank
+  CHECK(t.busy[to_host] == Approx(10e-6 + bytes / 20e9));
+}
+
+TEST_CASE("simulate and the planners reject bad plans and options, naming them", "[schedule]") {
+  const cost_model m = test_model(4, 1e9);
+  const workload w{{10, 20, 30}, {1e-3, 1e-3, 1e-3}, 0.0, 4.0};
+  CHECK_THROWS_WITH(simulate(w, m, plan{{0, 1}, {fp32_allreduce}}), Contains("the plan has 2 groups but 1 options"));
+  CHECK_THROWS_WITH(simulate(w, m, plan{{1}, {fp32_allreduce}}), Contains("group_starts[0] is 1"));
+  CHECK_THROWS_WITH(simulate(w, m, plan{{0}, {option{2, route::allreduce}}}),
+                    Contains("codec 'topk' is not summable, so it cannot travel by allreduce"));
+  CHECK_THROWS_WITH(simulate(w, m, plan{{0}, {option{3, route::sparse_sync}}}),
+                    Contains("codec 'qsgd4' selects every element (density 1)"));
+  CHECK_THROWS_WITH(simulate(w, m, plan{{0}, {option{0, route::allreduce, executor_kind::host}}}),
+                    Contains("'fp32' runs no codec"));
+  CHECK_THROWS_WITH(simulate(w, m, plan{{0}, {option{7}}}), Contains("option names codec 7 of 4"));
+  CHECK_THROWS_WITH(simulate(workload{{1, 2}, {1e-3}, 0.0, 4.0}, m, plan{{0}, {fp32_allreduce}}),
+                    Contains("2 tensors but 1 backward times"));
+  CHECK_THROWS_WITH(espresso_plan(w, m, {}), Contains("no options to choose from"));
+  CHECK_THROWS_WITH(exhaustive_plan(random_workload(13, 1), m, {fp32_allreduce}), Contains("at most 12 tensors, got 13"));
+}
+
+TEST_CASE("espresso_plan matches exhaustive search on small cases", "[schedule]") {
+  struct small_case {
+    std::size_t tensors;
+    std::vector<option> options;
+    double bytes_per_s;
+  };
+  const std::vector<small_case> cases = {
+      {6, {fp32_allreduce, fp16_allreduce, topk_allgather, topk_sparse, qsgd_host}, 1.25e9},
+      {9, {fp32_allreduce, fp16_allreduce, topk_allgather, qsgd_host}, 3.1e9},
+      {11, {fp32_allreduce, topk_allgather, qsgd_host}, 12.5e9},
+      {12, {fp16_allreduce, topk_sparse}, 1.25e9},
+  };
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    for (unsigned seed = 0; seed < 3; ++seed) {
+      const workload w = random_workload(cases[c].tensors, 100 * c + seed);
+      const cost_model m = test_model(8, cases[c].bytes_per_s);
+      const planned exact = exhaustive_plan(w, m, cases[c].options);
+      const planned dp = espresso_plan(w, m, cases[c].options);
+      INFO("case " << c << " seed " << seed << ": exhaustive " << exact.iteration_s << " s, planner " << dp.iteration_s
+                   << " s, " << dp.dropped << " clocks dropped");
+      CHECK(dp.iteration_s <= 1.02 * exact.iteration_s);
+      if (dp.dropped == 0) CHECK(dp.iteration_s == Approx(exact.iteration_s).epsilon(1e-12));
+      CHECK(dp.iteration_s >= exact.iteration_s * (1 - 1e-12));  // exhaustive is the optimum
+      // The time the planner reports is the simulator's for its plan.
+      CHECK(simulate(w, m, dp.chosen).iteration_s == Approx(dp.iteration_s).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("cupcake_schedule beats layer-wise and single-group compression when overhead and overlap both matter",
+          "[schedule]") {
+  const cost_model m = test_model(8, 1.25e9);
+  const workload w = random_workload(40, 9, 0.05);  // a fast GPU: synchronization dominates
+  const planned fused = cupcake_schedule(w, m, topk_allgather);
+  std::vector<std::size_t> each(40);
+  for (std::size_t t = 0; t < 40; ++t) each[t] = t;
+  const double layer_wise = simulate(w, m, plan{each, std::vector<option>(40, topk_allgather)}).iteration_s;
+  const double single = simulate(w, m, plan{{0}, {topk_allgather}}).iteration_s;
+  INFO("fused " << fused.iteration_s << " s in " << fused.chosen.group_starts.size() << " groups, layer-wise "
+                << layer_wise << " s, single " << single << " s");
+  CHECK(fused.iteration_s < layer_wise);
+  CHECK(fused.iteration_s < single);
+  CHECK(fused.chosen.group_starts.size() > 1);
+  CHECK(fused.chosen.group_starts.size() < 40);
+}
+
+TEST_CASE("a frontier of one clock is a heuristic that reports what it dropped", "[schedule]") {
+  const cost_model m = test_model(8, 1.25e9);
+  const workload w = random_workload(10, 77);
+  const std::vector<option> options = {fp32_allreduce, fp16_allreduce, topk_allgather, qsgd_host};
+  const planned greedy = espresso_plan(w, m, options, planner_settings{1, 0});
+  const planned exact = exhaustive_plan(w, m, options);
+  CHECK(greedy.dropped > 0);
+  CHECK(greedy.iteration_s >= exact.iteration_s * (1 - 1e-12));
+  CHECK_THROWS_WITH(espresso_plan(w, m, options, planner_settings{0, 0}), Contains("settings.frontier must be >= 1, got 0"));
+}
+
+TEST_CASE("json reads and writes what the scheduler's files hold, and names what it cannot read", "[schedule]") {
+  const json v = json::parse(R"( {"a": [1, -2.5e-3, true, null], "b": "x\"\u00e9\ud83d\ude00", "c": {}} )");
+  CHECK(v.at("a").size() == 4);
+  CHECK(v.at("a")[1].number() == -2.5e-3);
+  CHECK(v.at("a")[2].boolean());
+  CHECK(v.at("a")[3].type() == json::kind::null);
+  CHECK(v.at("b").text() == "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(json::parse(v.dump()).dump() == v.dump());
+  CHECK(json::parse("0.1").number() == 0.1);
+  CHECK(json(0.1).dump() == "0.10000000000000001");  // 17 digits: reads back exactly
+  CHECK_THROWS_WITH(json::parse("{\"a\": 1,}"), Contains("a key that is not a string at byte 8"));
+  CHECK_THROWS_WITH(json::parse("[1 2]"), Contains("a missing ',' or ']' at byte 3"));
+  CHECK_THROWS_WITH(json::parse("01"), Contains("a number with a leading zero"));
+  CHECK_THROWS_WITH(json::parse("[1] x"), Contains("text after the value at byte 4"));
+  CHECK_THROWS_WITH(json::parse("\"\\ud800\""), Contains("a lone surrogate"));
+  CHECK_THROWS_WITH(json::parse("1e999"), Contains("a number out of range"));
+  CHECK_THROWS_WITH(json::parse(std::string(65, '[') + std::string(65, ']')), Contains("nesting deeper than 64"));
+  CHECK_THROWS_WITH(json::parse("\"abc"), Contains("an unterminated string"));
+  CHECK_THROWS_WITH(v.at("zz"), Contains("no key \"zz\""));
+  CHECK_THROWS_WITH(v.at("b").number(), Contains("number needs a number, the value is a string"));
+}
+
+TEST_CASE("cost models and plans go to JSON and back", "[schedule]") {
+  cost_model m = test_model(8, 3.1e9);
+  m.codecs[3].device_compress = linear_cost::unknown();  // calibrated without a GPU
+  const cost_model back = cost_model_from_json(json::parse(to_json(m).dump()));
+  CHECK(to_json(back).dump() == to_json(m).dump());
+  CHECK(back.network.bytes_per_s == 3.1e9);
+  CHECK_FALSE(back.codecs[3].device_compress.known());
+  CHECK_THROWS_WITH(back.check(option{3, route::allgather, executor_kind::device}),
+                    Contains("codec 'qsgd4' has no device costs (calibrate it there)"));
+
+  const workload w = random_workload(20, 5);
+  const planned p = espresso_plan(w, m, {fp32_allreduce, fp16_allreduce, topk_sparse, qsgd_host});
+  const plan read = plan_from_json(json::parse(to_json(p.chosen, m).dump()), m);
+  CHECK(read.group_starts == p.chosen.group_starts);
+  CHECK(simulate(w, m, read).iteration_s == Approx(p.iteration_s).epsilon(1e-12));
+
+  CHECK_THROWS_WITH(plan_from_json(json::parse(R"({"group_starts": [0], "groups": [{"codec": "lz4", "route": "allreduce", "executor": "device"}]})"), m),
+                    Contains("unknown codec 'lz4'"));
+  CHECK_THROWS_WITH(plan_from_json(json::parse(R"({"group_starts": [0.5], "groups": []})"), m),
+                    Contains("group start 0.5 is not a tensor index"));
+  CHECK_THROWS_WITH(plan_from_json(json::parse(R"({"group_starts": [0], "groups": [{"codec": "topk", "route": "allreduce", "executor": "device"}]})"), m),
+                    Contains("not summable"));
+  CHECK_THROWS_WITH(cost_model_from_json(json::parse(R"({"codecs": [{"name": "x", "ratio": 1, "density": 0}]})")),
+                    Contains("codec 'x' has ratio 1, fixed 0 and density 0"));
+}

@@ -6,6 +6,14 @@
 //   mpirun -np 4 build/examples/gradzip_mpi_train [--epochs 3] [--train 60000] [--codecs a,b,...]
 //                                                 [--data /usr/share/datasets/fashion-mnist]
 //                                                 [--csv results.csv] [--check]
+//                                                 [--plan plan.json --cost cost.json]
+//   mpirun -np 4 build/examples/gradzip_mpi_train --measure-link link.json
+//
+// --plan runs one more codec, "plan": the gradient in fusion groups, each synchronized as the
+// plan says (gradzip_plan writes it; docs/scheduling.md), and prints the synchronization time
+// per step the cost model --cost predicts beside the one measured. --measure-link times
+// MPI's allreduce and allgather at several sizes, fits the scheduler's link model to them, and
+// writes it (the "network" of a cost model) for gradzip_plan --link.
 //
 // Each rank owns a contiguous shard of the (first --train) training images, and draws its
 // batches from it in an order seeded by (epoch, rank): runs are reproducible. Every rank starts
@@ -18,13 +26,16 @@
 
 #include <gradzip/comm/mpi.hpp>
 #include <gradzip/gradzip.hpp>
+#include <gradzip/schedule/serialize.hpp>
 
 #include "fashion_mnist.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -240,12 +251,214 @@ struct zen_topk_reducer final : reducer {
   }
 };
 
+/// A plan's fusion groups (gradzip_plan, docs/scheduling.md): the four tensors copied in
+/// backprop order (b2, W2, b1, W1) into one flat buffer, and each group averaged by an
+/// allreducer with the codec the plan names (top-k and scaled sign with error feedback, as
+/// above). The note compares the synchronization time per step that the cost model predicts for
+/// the plan (schedule::simulate, no compute) with the median measured, from a barrier after
+/// backprop to the averaged flat buffer. fp32 groups are allreduced in place, as the model has
+/// them.
+struct planned_reducer final : reducer {
+  struct group {
+    virtual ~group() = default;
+    virtual std::size_t run(gz::comm::communicator& comm, gz::host& exec, gz::span<float> g, std::uint32_t step,
+                            std::uint64_t id) = 0;
+  };
+  template <class Codec>
+  struct group_of final : group {
+    gz::comm::allreducer<Codec, float, gz::host> all;
+    group_of(gz::host& exec, Codec c, std::size_t n, int ranks, bool ef) : all(exec, c, n, ranks, ef) {}
+    std::size_t run(gz::comm::communicator& comm, gz::host& exec, gz::span<float> g, std::uint32_t step,
+                    std::uint64_t id) override {
+      all.run(comm, exec, g, {step, id});
+      return all.last_sent_bytes();
+    }
+  };
+  template <class Codec>
+  static std::unique_ptr<group> make_group(gz::host& exec, Codec c, std::size_t n, int ranks, bool ef) {
+    return std::make_unique<group_of<Codec>>(exec, c, n, ranks, ef);
+  }
+  /// fp32 as the model has it: the gradient itself, allreduced in place (as DDP does), no codec.
+  struct uncompressed final : group {
+    std::size_t run(gz::comm::communicator& comm, gz::host&, gz::span<float> g, std::uint32_t, std::uint64_t) override {
+      comm.allreduce_sum(g.data(), g.size(), gz::element_type::f32);
+      const float average = 1.0f / static_cast<float>(comm.size());
+      for (float& v : g) v *= average;
+      return g.size() * sizeof(float);
+    }
+  };
+
+  static constexpr std::size_t order[4] = {b2, w2, b1, w1};  // backprop order, into the flat layout
+  gz::fusion::layout layout{{out, out * hidden, hidden, hidden * in}};
+  gz::schedule::plan plan;
+  std::vector<std::unique_ptr<group>> groups;
+  std::vector<float> flat = std::vector<float>(parameters);
+  std::vector<double> seconds;
+  double predicted = 0.0;
+
+  planned_reducer(gz::host& exec, const std::string& plan_path, const std::string& cost_path, int ranks) {
+    gz::schedule::cost_model model = gz::schedule::cost_model_from_json(gz::schedule::json::parse(read_text(cost_path)));
+    model.ranks = ranks;
+    plan = gz::schedule::plan_from_json(gz::schedule::json::parse(read_text(plan_path)), model);
+    layout = gz::fusion::layout(layout.sizes(), plan.group_starts);
+    for (std::size_t g = 0; g < layout.group_count(); ++g) groups.push_back(build(exec, model, plan.options[g], g, ranks));
+    gz::schedule::workload w{layout.sizes(), std::vector<double>(4, 0.0), 0.0, 4.0};
+    predicted = gz::schedule::simulate(w, model, plan).iteration_s;
+  }
+
+  static std::string read_text(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot read " + path);
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  }
+
+  std::unique_ptr<group> build(gz::host& exec, const gz::schedule::cost_model& m, const gz::schedule::option& o,
+                               std::size_t g, int ranks) const {
+    using gz::encode::none;
+    const std::string& name = m.codecs[o.codec].name;
+    const std::size_t n = layout.group_size(g);
+    const auto want = m.codecs[o.codec].summable ? gz::schedule::route::allreduce : gz::schedule::route::allgather;
+    if (o.path != want || o.where != gz::schedule::executor_kind::device) {
+      throw std::runtime_error("plan: group " + std::to_string(g) + " asks for " + name + " by " + gz::schedule::name(o.path) +
+                               " on the " + gz::schedule::name(o.where) + "; this example runs " +
+                               gz::schedule::name(want) + " on its one thread");
+    }
+    if (name == "fp32") return std::make_unique<uncompressed>();
+    if (name == "fp16") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, none>{}, n, ranks, false);
+    if (name == "bf16") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, none>{}, n, ranks, false);
+    if (name == "topk1") return make_group(exec, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, n, ranks, true);
+    if (name == "qsgd4") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, none>{}, n, ranks, false);
+    if (name == "scaled_sign") {
+      return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, none>{}, n, ranks, true);
+    }
+    throw std::runtime_error("plan: group " + std::to_string(g) + " names codec '" + name + "', which this example lacks");
+  }
+
+  std::size_t reduce(gz::comm::communicator& comm, gz::host& exec, std::vector<float>& grad, std::uint32_t step) override {
+    for (std::size_t t = 0; t < 4; ++t) {
+      std::copy_n(grad.begin() + static_cast<std::ptrdiff_t>(order[t]), layout.size(t), flat.begin() + static_cast<std::ptrdiff_t>(layout.offset(t)));
+    }
+    // The clock starts when every rank has its gradient in the flat buffer: it times the
+    // synchronization the model predicts, not the wait for a slower rank's backprop.
+    MPI_Barrier(static_cast<gz::comm::mpi_communicator&>(comm).native());
+    const double start = MPI_Wtime();
+    std::size_t sent = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      sent += groups[g]->run(comm, exec, gz::span<float>(flat).subspan(layout.group_offset(g), layout.group_size(g)), step, g);
+    }
+    seconds.push_back(MPI_Wtime() - start);
+    for (std::size_t t = 0; t < 4; ++t) {
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(layout.offset(t)), layout.size(t), grad.begin() + static_cast<std::ptrdiff_t>(order[t]));
+    }
+    return sent;
+  }
+
+  std::string note(gz::comm::mpi_communicator& comm) override {
+    std::vector<double> sorted = seconds;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+    double measured = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    MPI_Allreduce(MPI_IN_PLACE, &measured, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+    std::ostringstream text;
+    text << "plan: " << groups.size() << " groups (";
+    for (std::size_t g = 0; g < groups.size(); ++g) text << (g ? ", " : "") << layout.group_size(g) << " elements";
+    text << "); synchronization per step: predicted " << 1e3 * predicted << " ms, measured " << 1e3 * measured
+         << " ms (median, slowest rank), measured / predicted " << measured / predicted;
+    return text.str();
+  }
+};
+
+/// Least squares on the relative error of t_i = sum_j rows[i][j] x[j], for the first k
+/// unknowns: the normal equations by Gaussian elimination with partial pivoting. False when
+/// they are singular.
+bool solve_link(const std::vector<std::array<double, 3>>& rows, const std::vector<double>& times, int k, double* x) {
+  double a[3][4] = {};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double w = 1.0 / (times[i] * times[i]);
+    for (int j = 0; j < k; ++j) {
+      a[j][k] += w * rows[i][j] * times[i];
+      for (int l = 0; l < k; ++l) a[j][l] += w * rows[i][j] * rows[i][l];
+    }
+  }
+  for (int c = 0; c < k; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < k; ++r) pivot = std::abs(a[r][c]) > std::abs(a[pivot][c]) ? r : pivot;
+    if (!(std::abs(a[pivot][c]) > 1e-12 * std::abs(a[0][0]))) return false;
+    for (int l = 0; l <= k; ++l) std::swap(a[c][l], a[pivot][l]);
+    for (int r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (int l = 0; l <= k; ++l) a[r][l] -= f * a[c][l];
+    }
+  }
+  for (int c = 0; c < k; ++c) x[c] = a[c][k] / a[c][c];
+  return true;
+}
+
+/// Times MPI's allreduce and allgather at 1 KiB .. 4 MiB per rank (median of 20 each) and fits
+/// the link model of schedule::cost_model by least squares on the relative error: each timing
+/// is linear in (latency, cost per message, seconds per byte) by the collectives' formulas in
+/// schedule/cost_model.hpp. Returns {"network": {...}} with the points it fitted.
+gz::schedule::json measure_link(gz::comm::mpi_communicator& comm) {
+  const double P = comm.size(), rounds = std::ceil(std::log2(P));
+  std::vector<std::array<double, 3>> rows;  // coefficients of (latency, message, 1 / bandwidth)
+  std::vector<double> times;
+  gz::schedule::json points = gz::schedule::json::array();
+  for (std::size_t bytes = 1024; bytes <= (std::size_t{4} << 20); bytes *= 4) {
+    std::vector<float> data(bytes / 4, 1.0f);
+    std::vector<std::byte> all(bytes * static_cast<std::size_t>(comm.size()));
+    std::vector<std::uint64_t> sizes(static_cast<std::size_t>(comm.size()), bytes);
+    for (int collective = 0; collective < 2; ++collective) {
+      std::vector<double> t;
+      for (int rep = 0; rep < 21; ++rep) {
+        MPI_Barrier(comm.native());
+        const double start = MPI_Wtime();
+        if (collective == 0) {
+          comm.allreduce_sum(data.data(), data.size(), gz::element_type::f32);
+        } else {
+          comm.allgatherv_bytes(gz::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), bytes),
+                                gz::span<std::byte>(all), gz::span<const std::uint64_t>(sizes));
+        }
+        double elapsed = MPI_Wtime() - start;
+        MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+        if (rep > 0) t.push_back(elapsed);  // the first is a warm-up
+      }
+      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+      const double b = static_cast<double>(bytes);
+      rows.push_back(collective == 0 ? std::array<double, 3>{2 * rounds, 2 * rounds, 2 * (P - 1) / P * b}
+                                     : std::array<double, 3>{rounds, P - 1, (P - 1) * b});
+      times.push_back(t[t.size() / 2]);
+      points.push(gz::schedule::json::array().push(collective == 0 ? "allreduce" : "allgather").push(b).push(times.back()));
+    }
+  }
+  // Weighted least squares for (latency, message, 1 / bandwidth); at 2 ranks, and whenever the
+  // fit is ill-conditioned or negative, the message cost folds into the latency.
+  double x[3] = {0, 0, 0};
+  if (!solve_link(rows, times, 3, x) || x[0] < 0 || x[1] < 0 || !(x[2] > 0)) {
+    for (auto& row : rows) row = {row[0] + row[1], row[2], 0.0};
+    double y[3] = {0, 0, 0};
+    if (!solve_link(rows, times, 2, y) || !(y[1] > 0)) throw std::runtime_error("measure-link: the timings fit no link");
+    x[0] = std::max(0.0, y[0]);
+    x[1] = 0.0;
+    x[2] = y[1];
+  }
+  const gz::comm::link_model link{x[0], 1.0 / x[2], x[1]};
+  return gz::schedule::json::object()
+      .set("ranks", comm.size())
+      .set("network", gz::schedule::json::object()
+                          .set("latency_s", link.latency_s)
+                          .set("bytes_per_s", link.bytes_per_s)
+                          .set("message_s", link.message_s))
+      .set("points", std::move(points));
+}
+
 struct candidate {
   std::string key, name;
   std::function<std::unique_ptr<reducer>(gz::host&, int)> build;
 };
 
-std::vector<candidate> candidates() {
+std::vector<candidate> candidates(const std::string& plan, const std::string& cost) {
   using gz::encode::none;
   using dense_fp32 = gz::codec<gz::sparsify::none, gz::quantize::none, none>;
   using dense_fp16 = gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, none>;
@@ -280,6 +493,11 @@ std::vector<candidate> candidates() {
       {"fetchsgd-momentum", "as above, with sketch-space momentum 0.9 (FetchSGD)",
        [](gz::host&, int r) -> std::unique_ptr<reducer> {
          return std::make_unique<fetchsgd_reducer>(3, parameters / 30, parameters / 300, 0.9f, r);
+       }},
+      {"plan", "the plan's fusion groups (--plan)",
+       [=](gz::host& e, int r) -> std::unique_ptr<reducer> {
+         if (plan.empty() || cost.empty()) throw std::runtime_error("codec plan needs --plan and --cost");
+         return std::make_unique<planned_reducer>(e, plan, cost, r);
        }},
   };
 }
@@ -323,7 +541,7 @@ struct options {
   int epochs = 3, batch = 32;
   float lr = 0.1f;
   std::size_t train = 60000;
-  std::string data = "/usr/share/datasets/fashion-mnist", csv, codecs;
+  std::string data = "/usr/share/datasets/fashion-mnist", csv, codecs, plan, cost, measure_link;
   bool check = false;
 };
 
@@ -338,6 +556,9 @@ options parse(int argc, char** argv) {
     else if (a == "--csv") o.csv = value();
     else if (a == "--codecs") o.codecs = value();
     else if (a == "--check") o.check = true;
+    else if (a == "--plan") o.plan = value();
+    else if (a == "--cost") o.cost = value();
+    else if (a == "--measure-link") o.measure_link = value();
     else return false;
     return true;
   });
@@ -348,13 +569,24 @@ options parse(int argc, char** argv) {
 int run(int argc, char** argv) {
   const options o = parse(argc, argv);
   gz::comm::mpi_communicator comm{MPI_COMM_WORLD};
+  if (!o.measure_link.empty()) {
+    const std::string text = measure_link(comm).dump();
+    if (comm.rank() == 0) {
+      std::ofstream(o.measure_link) << text << "\n";
+      std::printf("%s\n", text.c_str());
+    }
+    return 0;
+  }
   const dataset train_set = load(o.data, "train", o.train), test_set = load(o.data, "t10k", 10000);
   if (train_set.count / static_cast<std::size_t>(comm.size()) < static_cast<std::size_t>(o.batch)) {
     throw std::runtime_error("fewer training images per rank than one batch");
   }
   std::vector<result> results;
-  for (const auto& c : candidates()) {
-    if (!o.codecs.empty() && ("," + o.codecs + ",").find("," + c.key + ",") == std::string::npos) continue;
+  for (const auto& c : candidates(o.plan, o.cost)) {
+    if (o.codecs.empty() ? c.key == "plan" && o.plan.empty()
+                         : ("," + o.codecs + ",").find("," + c.key + ",") == std::string::npos) {
+      continue;
+    }
     results.push_back(train(c, comm, train_set, test_set, o.epochs, o.batch, o.lr));
     if (comm.rank() == 0) {
       std::printf("  %-45s %6.2f %% test accuracy, %.4f bytes/step vs fp32, %.1f s\n", results.back().name.c_str(),

@@ -7,33 +7,11 @@
 // fraction of a copy of those bytes in the same run; `calls` is the codec calls per step. Cupcake
 // (MLSys '23) motivates fusion by the per-call cost that per_tensor pays 161 times.
 #include "common.hpp"
-#include "common/model_profiles.hpp"
-#include "gradzip/fusion/fused_compressor.hpp"
-#include "gradzip/gradzip.hpp"
+#include "fusion_common.hpp"
 
 namespace {
 
-using topk1 = gradzip::codec<gradzip::sparsify::topk>;
-using qsgd4 = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::qsgd<7>, gradzip::encode::none>;
-using fp16 = gradzip::codec<gradzip::sparsify::none, gradzip::quantize::cast_fp16, gradzip::encode::none>;
-
-template <class Codec>
-Codec make_codec() {
-  if constexpr (std::is_same_v<Codec, topk1>) {
-    return topk1{gradzip::sparsify::topk::ratio(0.01)};
-  } else {
-    return Codec{};
-  }
-}
-
-enum mode : int { per_tensor, fused, single };
-
-gradzip::fusion::layout layout_for(int m) {
-  auto sizes = gradzip_tools::backprop_order(gradzip_tools::resnet50_parameters());
-  if (m == per_tensor) return gradzip::fusion::layout::per_tensor(std::move(sizes));
-  if (m == fused) return gradzip::fusion::layout::by_elements(std::move(sizes), 25u * 1024 * 1024 / 4);
-  return gradzip::fusion::layout(std::move(sizes));
-}
+using namespace gradzip_bench;
 
 /// The model's flat gradient, a fused_compressor over the mode's groups, and a payload per group.
 template <class Codec>
@@ -44,7 +22,7 @@ struct model_setup {
   std::vector<std::vector<std::byte>> out;
   explicit model_setup(const benchmark::State& state)
       : exec(static_cast<int>(state.range(1))),
-        fc(exec, make_codec<Codec>(), layout_for(static_cast<int>(state.range(0))), gradzip::fusion::state::none),
+        fc(exec, make_codec<Codec>(), resnet50_layout(state.range(0)), gradzip::fusion::state::none),
         g(gradzip_bench::gradient(fc.shape().total())),
         out(fc.shape().group_count()) {
     for (std::size_t k = 0; k < out.size(); ++k) out[k].resize(fc.max_compressed_bytes(k));
@@ -92,7 +70,7 @@ void BM_decompress_add(benchmark::State& state) {
 void modes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"mode", "threads"});
   for (int threads : {1, 2}) {
-    for (int m : {per_tensor, fused, single}) b->Args({m, threads});
+    for (int m : {fusion_mode::per_tensor, fusion_mode::fused, fusion_mode::single}) b->Args({m, threads});
   }
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }

@@ -12,6 +12,7 @@
 //   gradzip_plan --model resnet50|bert-base|mlp [--calibration FILE] [--ranks 8] [--samples 64]
 //                [--tflops 50] [--gbps 10,25,100,2400 | --link FILE] [--codec topk1] [--csv FILE]
 //                [--plan-out FILE --plan-gbps 25] [--cost-out FILE --cost-gbps 25] [--cpu-only]
+//                [--device-calibration FILE]
 //
 // --cpu-only plans a training loop that runs on one CPU thread per rank and synchronizes its
 // groups one after another (examples/mpi_train.cpp): the calibrated host costs become the
@@ -21,9 +22,10 @@
 //
 // Backward times: twice each layer's forward FLOPs (model_profiles.hpp) for --samples samples
 // (images; BERT: sequences of 128 tokens) at --tflops. Host codec costs come from
-// gradzip_calibrate's file (without one, nothing is offloaded). Device codec costs are *modeled*
-// (see device_costs below: a fixed cost per call and the bytes each kernel moves at an H100-class
-// bandwidth), not measured: no GPU has been available to calibrate them.
+// gradzip_calibrate's file (without one, nothing is offloaded). Device codec costs come from
+// gradzip_calibrate_cuda's file (--device-calibration) where one exists; otherwise they are
+// *modeled* (see device_costs below: a fixed cost per call and the bytes each kernel moves at
+// an H100-class bandwidth), not measured.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -40,7 +42,7 @@ namespace {
 using namespace gradzip::schedule;
 
 struct settings {
-  std::string model = "resnet50", calibration, csv, plan_out, cost_out, codec = "topk1", link;
+  std::string model = "resnet50", calibration, csv, plan_out, cost_out, codec = "topk1", link, device_calibration;
   bool cpu_only = false;
   int ranks = 8;
   double samples = 64, tflops = 50;
@@ -109,6 +111,17 @@ cost_model make_model(const settings& s, double gbps) {
       c.host_compress = c.host_decompress_add = linear_cost::unknown();
     } else {
       device_costs(c);
+    }
+  }
+  if (!s.device_calibration.empty()) {  // measured device costs replace the modeled ones
+    const cost_model device = cost_model_from_json(json::parse(read_text(s.device_calibration)));
+    for (const codec_cost& d : device.codecs) {
+      for (codec_cost& c : m.codecs) {
+        if (c.name == d.name && !c.identity) {
+          c.device_compress = d.device_compress;
+          c.device_decompress_add = d.device_decompress_add;
+        }
+      }
     }
   }
   m.ranks = s.ranks;
@@ -209,6 +222,7 @@ settings parse(int argc, char** argv) {
     else if (a == "--cost-out") s.cost_out = v;
     else if (a == "--cost-gbps") s.cost_gbps = std::stod(v);
     else if (a == "--link") s.link = v;
+    else if (a == "--device-calibration") s.device_calibration = v;
     else throw std::invalid_argument("gradzip_plan: unknown argument '" + a + "'");
   }
   if (s.ranks < 1 || !(s.samples > 0) || !(s.tflops > 0)) {
@@ -242,9 +256,10 @@ int main(int argc, char** argv) try {
   double backward = 0;
   for (double t : w.backward_s) backward += t;
   std::printf("%s: %zu tensors, %.1f M parameters; forward %.2f ms, backward %.2f ms (%g samples at %g TFLOP/s); "
-              "%d ranks; codec %s\n\n",
+              "%d ranks; codec %s; device costs %s\n\n",
               s.model.c_str(), w.sizes.size(), 1e-6 * [&] { double n = 0; for (auto z : w.sizes) n += z; return n; }(),
-              1e3 * w.forward_s, 1e3 * backward, s.samples, s.tflops, s.ranks, s.codec.c_str());
+              1e3 * w.forward_s, 1e3 * backward, s.samples, s.tflops, s.ranks, s.codec.c_str(),
+              s.cpu_only ? "the host's" : s.device_calibration.empty() ? "modeled" : "calibrated");
   std::printf("| link | fp32 (DDP buckets) | %s layer-wise | %s + Cupcake | Espresso plan | plan vs best baseline | the plan's choices |\n",
               s.codec.c_str(), s.codec.c_str());
   std::printf("|---|---|---|---|---|---|---|\n");

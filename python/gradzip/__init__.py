@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import sys
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from ._gradzip import Codec as _Codec
 from ._gradzip import ErrorFeedback as _ErrorFeedback

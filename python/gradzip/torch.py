@@ -42,7 +42,6 @@ state (residual and warm-start Q) is kept per unit and starts afresh when its un
 as PyTorch's does when a bucket changes.
 """
 
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch

@@ -158,6 +158,14 @@ struct py_powersgd {
   std::mutex busy;
 };
 
+/// Runs f() with the GIL released, holding `busy` (taken after the release: see py_codec).
+template <class F>
+auto without_gil(std::mutex& busy, F&& f) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(busy);
+  return f();
+}
+
 /// PowerSGD's factor: 0 (P) or 1 (Q), refused otherwise.
 gz::lowrank::factor factor_of(int f) {
   if (f != 0 && f != 1) throw nb::value_error(("factor must be 0 (P) or 1 (Q), got " + std::to_string(f)).c_str());
@@ -198,9 +206,10 @@ NB_MODULE(_gradzip, m) {
           [](py_codec& c, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
             const auto in = floats(x, "tensor");
             const auto o = bytes(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.busy);
-            return c.codec->compress(c.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
+            return without_gil(c.busy, [&] {
+              return c.codec->compress(c.exec, gz::span<const float>(in.data(), in.size()), o,
+                                       context(step, tensor_id));
+            });
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
       .def(
@@ -208,9 +217,8 @@ NB_MODULE(_gradzip, m) {
           [](py_codec& c, const any_array& payload, const out_array& out) {
             const auto p = bytes(payload, "payload");
             const auto o = floats(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.busy);
-            c.codec->decompress(c.exec, bytes_view(p.data(), p.size()), o);
+            return without_gil(
+                c.busy, [&] { c.codec->decompress(c.exec, bytes_view(p.data(), p.size()), o); });
           },
           nb::arg("payload"), nb::arg("out"))
       .def(
@@ -218,9 +226,9 @@ NB_MODULE(_gradzip, m) {
           [](py_codec& c, const any_array& payload, const out_array& accum, float alpha) {
             const auto p = bytes(payload, "payload");
             const auto o = floats(accum, "accum");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.busy);
-            c.codec->decompress_add(c.exec, bytes_view(p.data(), p.size()), o, alpha);
+            return without_gil(c.busy, [&] {
+              c.codec->decompress_add(c.exec, bytes_view(p.data(), p.size()), o, alpha);
+            });
           },
           nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
       .def(
@@ -228,9 +236,9 @@ NB_MODULE(_gradzip, m) {
           [](py_codec& c, const std::vector<any_array>& payloads, const out_array& accum, float alpha) {
             const std::vector<bytes_view> views = payload_views(payloads);
             const auto o = floats(accum, "accum");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.busy);
-            c.codec->decompress_add_all(c.exec, gz::span<const bytes_view>(views), o, alpha);
+            return without_gil(c.busy, [&] {
+              c.codec->decompress_add_all(c.exec, gz::span<const bytes_view>(views), o, alpha);
+            });
           },
           nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
       .def(
@@ -238,9 +246,9 @@ NB_MODULE(_gradzip, m) {
           [](py_codec& c, const std::vector<any_array>& payloads, const out_array& out) {
             const std::vector<bytes_view> views = payload_views(payloads);
             const auto o = floats(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.busy);
-            c.codec->decompress_all(c.exec, gz::span<const bytes_view>(views), o);
+            return without_gil(c.busy, [&] {
+              c.codec->decompress_all(c.exec, gz::span<const bytes_view>(views), o);
+            });
           },
           nb::arg("payloads"), nb::arg("out"))
       .def(
@@ -261,9 +269,10 @@ NB_MODULE(_gradzip, m) {
           [](py_feedback& f, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
             const auto in = floats(x, "tensor");
             const auto o = bytes(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(f.busy);
-            return f.ef->compress(f.exec, gz::span<const float>(in.data(), in.size()), o, context(step, tensor_id));
+            return without_gil(f.busy, [&] {
+              return f.ef->compress(f.exec, gz::span<const float>(in.data(), in.size()), o,
+                                    context(step, tensor_id));
+            });
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
       .def("save",
@@ -313,9 +322,10 @@ NB_MODULE(_gradzip, m) {
           [](py_powersgd& s, const any_array& grad, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
             const auto g = floats(grad, "grad");
             const auto o = bytes(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(s.busy);
-            return s.ps.compress_p(s.exec, gz::span<const float>(g.data(), g.size()), o, context(step, tensor_id));
+            return without_gil(s.busy, [&] {
+              return s.ps.compress_p(s.exec, gz::span<const float>(g.data(), g.size()), o,
+                                     context(step, tensor_id));
+            });
           },
           nb::arg("grad"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
       .def(
@@ -323,9 +333,8 @@ NB_MODULE(_gradzip, m) {
           [](py_powersgd& s, const any_array& p_sum, const out_array& out) {
             const auto p = bytes(p_sum, "p_sum");
             const auto o = bytes(out, "out");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(s.busy);
-            return s.ps.compress_q(s.exec, bytes_view(p.data(), p.size()), o);
+            return without_gil(
+                s.busy, [&] { return s.ps.compress_q(s.exec, bytes_view(p.data(), p.size()), o); });
           },
           nb::arg("p_sum"), nb::arg("out"))
       .def(
@@ -333,9 +342,8 @@ NB_MODULE(_gradzip, m) {
           [](py_powersgd& s, const any_array& q_sum, int ranks, const out_array& grad) {
             const auto q = bytes(q_sum, "q_sum");
             const auto g = floats(grad, "grad");
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(s.busy);
-            s.ps.decompress(s.exec, bytes_view(q.data(), q.size()), ranks, g);
+            return without_gil(
+                s.busy, [&] { s.ps.decompress(s.exec, bytes_view(q.data(), q.size()), ranks, g); });
           },
           nb::arg("q_sum"), nb::arg("ranks"), nb::arg("grad"))
       .def("save",

@@ -304,6 +304,20 @@ class sparse_sync {
     return p;
   }
 
+  /// run's argument checks, naming `what` (the caller) in the message: the communicator's size,
+  /// as many values as indices, indices increasing and below n, and an output of n elements.
+  void check_arguments(const communicator& comm, span<const std::uint64_t> indices, span<const float> values,
+                       span<float> out, const char* what) const {
+    GRADZIP_EXPECTS(comm.size() == ranks_, what, ": communicator has ", comm.size(), " ranks, built for ", ranks_);
+    GRADZIP_EXPECTS(indices.size() == values.size(), what, ": ", indices.size(), " indices and ", values.size(),
+                    " values");
+    GRADZIP_EXPECTS(out.size() == n_, what, ": output has ", out.size(), " elements, expected ", n_);
+    for (std::size_t j = 0; j < indices.size(); ++j) {
+      GRADZIP_EXPECTS(indices[j] < n_ && (j == 0 || indices[j] > indices[j - 1]), what, ": index ", j, " (",
+                      indices[j], ") is not increasing and below n = ", n_);
+    }
+  }
+
   /// out[i] += alpha * (the sum over ranks of their value at i), for the union of the ranks'
   /// nonzeros. `indices` are this rank's nonzeros, increasing and < n, with `values` beside
   /// them. Collective: every rank calls it in the same step. Bad arguments throw
@@ -311,14 +325,7 @@ class sparse_sync {
   /// naming the rank that sent it, on every rank, with `out` unchanged.
   void run(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values, span<float> out,
            float alpha = 1.0f, sparse_scheme scheme = sparse_scheme::balanced_parallelism) {
-    GRADZIP_EXPECTS(comm.size() == ranks_, "sparse_sync: communicator has ", comm.size(), " ranks, built for ", ranks_);
-    GRADZIP_EXPECTS(indices.size() == values.size(), "sparse_sync: ", indices.size(), " indices and ", values.size(),
-                    " values");
-    GRADZIP_EXPECTS(out.size() == n_, "sparse_sync: output has ", out.size(), " elements, expected ", n_);
-    for (std::size_t j = 0; j < indices.size(); ++j) {
-      GRADZIP_EXPECTS(indices[j] < n_ && (j == 0 || indices[j] > indices[j - 1]), "sparse_sync: index ", j, " (",
-                      indices[j], ") is not increasing and below n = ", n_);
-    }
+    check_arguments(comm, indices, values, out, "sparse_sync");
     me_ = static_cast<std::uint32_t>(comm.rank());
     traffic_ = {};
     failure_ = wire::status{};

@@ -118,17 +118,9 @@ class auto_sparse_sync {
   void run_dense(communicator& comm, span<const std::uint64_t> indices, span<const float> values, span<float> out,
                  float alpha) {
     const std::uint64_t n = sync_.size();
-    GRADZIP_EXPECTS(comm.size() == sync_.ranks(), "auto_sparse_sync: communicator has ", comm.size(),
-                    " ranks, built for ", sync_.ranks());
-    GRADZIP_EXPECTS(indices.size() == values.size(), "auto_sparse_sync: ", indices.size(), " indices and ",
-                    values.size(), " values");
-    GRADZIP_EXPECTS(out.size() == n, "auto_sparse_sync: output has ", out.size(), " elements, expected ", n);
+    sync_.check_arguments(comm, indices, values, out, "auto_sparse_sync");
     dense_.assign(static_cast<std::size_t>(n), 0.0f);
-    for (std::size_t j = 0; j < indices.size(); ++j) {
-      GRADZIP_EXPECTS(indices[j] < n && (j == 0 || indices[j] > indices[j - 1]), "auto_sparse_sync: index ", j, " (",
-                      indices[j], ") is not increasing and below n = ", n);
-      dense_[indices[j]] = values[j];
-    }
+    for (std::size_t j = 0; j < indices.size(); ++j) dense_[indices[j]] = values[j];
     comm.allreduce_sum(dense_.data(), dense_.size(), element_type::f32);
     for (std::size_t i = 0; i < dense_.size(); ++i) detail::add_scaled(out[i], dense_[i], alpha);
     dense_bytes_ = 4 * n;

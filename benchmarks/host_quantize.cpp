@@ -3,6 +3,10 @@
 // dense tensor's bytes, for both directions), its fraction of a plain copy of those bytes with
 // the same threads measured in the same run (roofline), and payload bytes per element.
 #include "common.hpp"
+
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include "gradzip/gradzip.hpp"
 
 namespace {
@@ -80,6 +84,40 @@ void BM_philox_words(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_philox_words)->Name("philox_words_only/f32")->Apply(gradzip_bench::size_axis)->UseRealTime();
+
+#if defined(__F16C__) && defined(__AVX2__)
+/// What `torch`'s `.half()` and `.bfloat16()` compile to on this machine: a plain loop of
+/// vcvtps2ph (fp16), or of AVX2 integer round-to-nearest-even without NaN handling (bf16, as
+/// c10's vectorized conversion), over the same chunks and threads. The casts' reference.
+template <bool Half>
+void BM_plain_conversion(benchmark::State& state) {
+  gradzip::host exec;
+  const auto& x = gradzip_bench::gradient(static_cast<std::size_t>(state.range(0)));
+  std::vector<std::uint16_t> out(x.size());
+  const std::size_t chunks = gradzip::detail::chunk_count(exec, x.size());
+  gradzip_bench::run_timed(state, exec, x.size() * sizeof(float), [&] {
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(x.size(), chunks, c);
+      for (std::size_t i = r.begin; i + 8 <= r.end; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x.data() + i);
+        __m128i h;
+        if constexpr (Half) {
+          h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        } else {
+          const __m256i b = _mm256_castps_si256(v);
+          const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+          const __m256i r16 = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd), 16);
+          h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r16, r16), 0x08));
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out.data() + i), h);
+      }
+    });
+    benchmark::ClobberMemory();
+  });
+}
+BENCHMARK_TEMPLATE(BM_plain_conversion, true)->Name("plain_f16c_loop/f32")->Apply(gradzip_bench::size_axis)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_plain_conversion, false)->Name("plain_bf16_loop/f32")->Apply(gradzip_bench::size_axis)->UseRealTime();
+#endif
 
 /// Every quantizer with a seed constructor; casts and `none` get one through this wrapper.
 template <class Values>

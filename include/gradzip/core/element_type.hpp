@@ -133,7 +133,15 @@ GRADZIP_HOST_DEVICE inline float to_float(float x) noexcept { return x; }
 GRADZIP_HOST_DEVICE inline double to_float(double x) noexcept { return x; }
 #if GRADZIP_HAS_HALF
 GRADZIP_HOST_DEVICE inline float to_float(__half x) noexcept { return __half2float(x); }
-GRADZIP_HOST_DEVICE inline float to_float(__nv_bfloat16 x) noexcept { return __bfloat162float(x); }
+/// bf16 is the top half of a float, so the host widens it by a shift: CUDA's host-side
+/// __bfloat162float is a call per element that keeps loops over bf16 tensors scalar.
+GRADZIP_HOST_DEVICE inline float to_float(__nv_bfloat16 x) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __bfloat162float(x);
+#else
+  return detail::bit_cast<float>(static_cast<std::uint32_t>(detail::bit_cast<std::uint16_t>(x)) << 16);
+#endif
+}
 #endif
 
 /// Converts a float or double to T with round-to-nearest-even.

@@ -4,8 +4,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "gradzip/core/executor.hpp"
+#if defined(_OPENMP)
+#include "gradzip/detail/host/chunk_pool.hpp"
+#endif
 
 namespace gradzip::detail {
 
@@ -28,13 +33,15 @@ inline std::size_t chunk_count(host& exec, std::size_t n, std::size_t min_chunk 
   return std::min<std::size_t>(static_cast<std::size_t>(exec.threads()), by_size);
 }
 
-/// Runs f(c) for every chunk c in [0, chunks), in parallel under OpenMP.
+/// Runs f(c) for every chunk c in [0, chunks), on exec.threads() threads: the caller and the
+/// pool's helpers (chunk_pool.hpp says why not an OpenMP region). f must not throw.
 template <class F>
 void for_each_chunk(host& exec, std::size_t chunks, F&& f) {
 #if defined(_OPENMP)
-  const int threads = std::min<int>(exec.threads(), static_cast<int>(chunks));
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (std::int64_t c = 0; c < static_cast<std::int64_t>(chunks); ++c) f(static_cast<std::size_t>(c));
+  using body = std::remove_reference_t<F>;
+  chunk_pool::instance().run(exec.threads(), chunks,
+                             [](void* context, std::size_t c) noexcept { (*static_cast<body*>(context))(c); },
+                             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
 #else
   (void)exec;
   for (std::size_t c = 0; c < chunks; ++c) f(c);

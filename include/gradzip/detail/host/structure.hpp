@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gradzip/core/executor.hpp"
 #include "gradzip/core/span.hpp"
 #include "gradzip/detail/codec_traits.hpp"
+#include "gradzip/detail/host/cast.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/detail/host/topk.hpp"
+#include "gradzip/quantize/cast.hpp"
 #include "gradzip/sparsify/none.hpp"
 #include "gradzip/sparsify/topk.hpp"
 
@@ -47,9 +50,29 @@ struct structure_backend<host, sparsify::none> {
       // once the compiler knows its stores cannot change the input pointer or the sink.
       const T* data = x.data();
       const Sink local = sink;
-      for (std::size_t i = r.begin; i < r.end; ++i) local(i, i, data[i]);
+      if constexpr (dense_cast<T, Sink>::format != 0) {  // fp16 / bf16 of floats: whole vectors
+        constexpr auto run = dense_cast<T, Sink>::format == 3 ? cast_run_f16 : cast_run_bf16;
+        run(data + r.begin, r.end - r.begin, local.values + 2 * r.begin);
+      } else {
+        for (std::size_t i = r.begin; i < r.end; ++i) local(i, i, data[i]);
+      }
     });
   }
+
+ private:
+  /// Which cast a dense payload sink writes (the cast_format code: 3 fp16, 4 bf16), 0 when not
+  /// an fp16 or bf16 cast (or a stage derived from one) of floats without indices.
+  template <class T, class Sink>
+  struct dense_cast {
+    static constexpr int format = 0;
+  };
+  template <class Values, class Indices>
+  struct dense_cast<float, payload_sink<float, Values, Indices>> {
+    static constexpr int format = Indices::id != 0                                        ? 0
+                                  : std::is_base_of_v<quantize::cast_fp16, Values> ? 3
+                                  : std::is_base_of_v<quantize::cast_bf16, Values> ? 4
+                                                                                    : 0;
+  };
 };
 
 template <>

@@ -60,9 +60,10 @@ void BM_decompress_add(benchmark::State& state) {
   state.counters["bytes_per_element"] = static_cast<double>(payload.size()) / x.size();
 }
 
-/// The ceiling of every stochastic quantizer: only the Philox words of n fp32 elements (one
-/// 32-bit word each, as the stages draw them), in the same 256-element batches and threads, with
-/// nothing read or written. Its roofline is the best a stochastic compress could reach here.
+/// The ceiling of every stochastic quantizer: only the random bits of n fp32 elements (16 each,
+/// one Philox evaluation per eight elements, as the stages draw them), in the same 256-element
+/// batches and threads, with nothing read or written. Its roofline is the best a stochastic
+/// compress could reach here.
 void BM_philox_words(benchmark::State& state) {
   gradzip::host exec;
   const auto n = static_cast<std::uint64_t>(state.range(0));
@@ -75,7 +76,7 @@ void BM_philox_words(benchmark::State& state) {
       const auto r = gradzip::detail::chunk_of(n / 256, chunks, c);
       std::uint32_t words[256], folded = 0;
       for (std::uint64_t b = r.begin; b < r.end; ++b) {
-        gradzip::detail::consecutive_philox_words(7, ctx, b * 256, 256, words);
+        gradzip::detail::consecutive_half_words(7, ctx, b * 256, 256, words);
         folded ^= words[b & 255];
       }
       sink[c] = folded;

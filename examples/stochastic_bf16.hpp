@@ -31,12 +31,13 @@ struct stochastic_bf16 {
     return gradzip::element_type::bf16;
   }
 
-  /// bf16 bits of v rounded up or down at random: add 16 random low bits, keep the high half.
+  /// bf16 bits of v rounded up or down at random: add the 16 random bits (the top half of
+  /// `random`) to the 16 bits that bf16 drops, keep the high half.
   GRADZIP_HOST_DEVICE static std::uint16_t round(float v, std::uint32_t random) {
     std::uint32_t bits;
     std::memcpy(&bits, &v, 4);
     if ((bits & 0x7F800000u) == 0x7F800000u) return static_cast<std::uint16_t>((bits >> 16) | ((bits & 0xFFFFu) ? 0x40u : 0u));
-    const std::uint32_t up = bits + (random & 0xFFFFu);
+    const std::uint32_t up = bits + (random >> 16);
     // A finite value that would round to infinity is truncated instead.
     return static_cast<std::uint16_t>(((up & 0x7F800000u) == 0x7F800000u ? bits : up) >> 16);
   }

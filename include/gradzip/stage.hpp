@@ -25,7 +25,7 @@
  * f16, bf16); `comm::allreducer` then sums payloads of a `summable` codec with one
  * `allreduce_sum` instead of gathering them. An element-wise stage may also be stochastic:
  * `static constexpr bool stochastic = true`, a `std::uint64_t seed` member, and a non-static
- * `store(section, pos, value, random)` that gets the element's Philox word (as below).
+ * `store(section, pos, value, random)` that gets the element's random word (as below).
  *
  * **Values stage, bucketed** (uniform, QSGD, TernGrad, sign, ...): values are coded in buckets of
  * `bucket` elements, each with a record (its scale) that needs all of the bucket's values
@@ -41,8 +41,9 @@
  *     static float decode(unsigned code, const record& r);
  *
  * `random` is 0 unless the stage sets `static constexpr bool stochastic = true` and has a
- * `std::uint64_t seed` member: element i of a tensor then gets Philox word i keyed by the seed
- * and `compress_context`. A stage whose codes do not fill all 2^Bits values sets
+ * `std::uint64_t seed` member: element i of a tensor then gets 16 Philox bits keyed by the seed
+ * and `compress_context` (`random_half_word`), in the word's top half; its low half is 0, so
+ * `uniform_float(random)` is a multiple of 2^-16. A stage whose codes do not fill all 2^Bits values sets
  * `codes_need_check = true` and `max_code`: decoding then rejects larger codes.
  *
  * **Structure stage** (`sparsify::none`, `topk`, ...): which elements are sent.

@@ -68,20 +68,30 @@ TEST_CASE("hash_to_range is uniform enough over 64 buckets", "[random]") {
   }
 }
 
-TEST_CASE("the host's batched Philox words equal random_word element by element", "[random]") {
-  // Counts that are and are not multiples of the AVX2 path's 32 words (8 blocks); the last
-  // start puts a carry into the counter's high word inside one batch of eight blocks.
+TEST_CASE("the host's batched random bits equal random_half_word element by element", "[random]") {
+  // Counts that are and are not multiples of the AVX2 path's 64 elements (8 blocks); the last
+  // starts put a carry into the counter's high word inside one batch of eight blocks.
   std::uint32_t words[256];
-  for (std::uint64_t count : {std::uint64_t{4}, std::uint64_t{32}, std::uint64_t{36}, std::uint64_t{100},
+  for (std::uint64_t count : {std::uint64_t{8}, std::uint64_t{64}, std::uint64_t{72}, std::uint64_t{104},
                               std::uint64_t{256}}) {
-    for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{4096}, (std::uint64_t{1} << 32) - 128,
-                                (std::uint64_t{7} << 40), (std::uint64_t{1} << 34) - 16}) {
+    for (std::uint64_t first : {std::uint64_t{0}, std::uint64_t{4096}, (std::uint64_t{1} << 35) - 256,
+                                (std::uint64_t{7} << 40), (std::uint64_t{1} << 35) - 32}) {
       const gradzip::quantize::compress_context ctx{17, 3};
-      gradzip::detail::consecutive_philox_words(0x1234567890ABCDEFull, ctx, first, count, words);
+      gradzip::detail::consecutive_half_words(0x1234567890ABCDEFull, ctx, first, count, words);
       for (std::uint64_t j = 0; j < count; ++j) {
-        REQUIRE(words[j] == gradzip::random_word(0x1234567890ABCDEFull, 17, 3, first + j));
+        REQUIRE(words[j] == gradzip::random_half_word(0x1234567890ABCDEFull, 17, 3, first + j));
       }
     }
+  }
+}
+
+TEST_CASE("random_half_word is half-word i mod 8 of Philox block i / 8, in the top 16 bits", "[random]") {
+  for (std::uint64_t i : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{8 * 1000 + 7}, (std::uint64_t{3} << 35) + 2}) {
+    const auto block = gradzip::philox_for(99, 4, 6, i / 8);
+    const std::uint32_t word = block[static_cast<int>((i % 8) / 2)];
+    const std::uint32_t half = i % 2 == 0 ? (word & 0xFFFFu) : (word >> 16);
+    CHECK(gradzip::random_half_word(99, 4, 6, i) == half << 16);
+    CHECK(gradzip::uniform_float(gradzip::random_half_word(99, 4, 6, i)) == static_cast<float>(half) / 65536.0f);
   }
 }
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -231,4 +232,35 @@ TEST_CASE("the host's group packing and unpacking agree with the portable bit pl
       }
     }
   }
+}
+
+TEST_CASE("stochastic rounding over all 2^16 draws is biased by less than 2^-16 of a step", "[uniform]") {
+  // Uniform and QSGD round t to floor(t + u) with u = h / 2^16 (random_half_word). Over all
+  // 65,536 draws h the mean code is exactly floor(t) + floor(frac(t) 2^16) / 2^16: at most 2^-16
+  // of a step below t, never above (up to the float rounding of t itself, 2^-21 here).
+  const quantize::uniform<4, rounding::stochastic> stage{7};
+  const quantize::qsgd<7> qsgd{7};
+  const quantize::uniform_record r{-1.0f, 0.25f};  // t = (v + 1) / 0.25, in [0, 8): no clamping at 15
+  const quantize::qsgd_record n{2.0f};               // level = |v| / 2 x 7
+  const double resolution = 1.0 / 65536.0, rounding_slack = 1.0 / (1 << 21);
+  double lowest = 0.0, highest = -1.0;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> value(-0.99f, 0.99f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const float v = trial < 2 ? std::array<float, 2>{0.0f, 0.5f + 1.0f / 65536.0f}[trial] : value(rng);
+    double sum_uniform = 0.0, sum_qsgd = 0.0;
+    for (std::uint32_t h = 0; h < 65536; ++h) {
+      sum_uniform += stage.encode(v, r, h << 16);
+      sum_qsgd += static_cast<double>(qsgd.encode(v, n, h << 16) >> 1);
+    }
+    for (double bias : {sum_uniform / 65536.0 - (static_cast<double>(v) + 1.0) / 0.25,
+                        sum_qsgd / 65536.0 - std::abs(static_cast<double>(v)) / 2.0 * 7.0}) {
+      lowest = std::min(lowest, bias);
+      highest = std::max(highest, bias);
+    }
+  }
+  INFO("bias from " << lowest << " to " << highest << " steps");
+  CHECK(lowest > -(resolution + rounding_slack));
+  CHECK(highest < rounding_slack);
+  CHECK(lowest < -resolution / 4);  // 16 bits make a real, measurable bias, which the bound caps
 }

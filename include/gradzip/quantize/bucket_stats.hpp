@@ -108,13 +108,13 @@ struct bucketed_stage {
   }
 };
 
-/// The random word a values stage gets for the element at tensor index `index` (0 for
-/// deterministic stages).
+/// The random word a values stage gets for the element at tensor index `index`: 16 random bits
+/// in its top half (`random_half_word`), 0 for deterministic stages.
 template <class Values>
 GRADZIP_HOST_DEVICE std::uint32_t element_random(const Values& values, std::uint64_t index,
                                                  compress_context ctx) {
   if constexpr (Values::stochastic) {
-    return random_word(values.seed, static_cast<std::uint32_t>(ctx.step), static_cast<std::uint32_t>(ctx.tensor_id),
+    return random_half_word(values.seed, static_cast<std::uint32_t>(ctx.step), static_cast<std::uint32_t>(ctx.tensor_id),
                        index);  // both below 2^32: check_context
   } else {
     return 0;

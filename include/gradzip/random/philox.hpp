@@ -80,13 +80,32 @@ GRADZIP_HOST_DEVICE constexpr philox_words philox_for(std::uint64_t seed, std::u
 }
 
 /**
- * The random word of element `index`: word index mod 4 of the Philox block whose counter holds
- * index / 4, so one Philox evaluation serves four consecutive elements. Every stochastic stage
- * draws through this (host and device alike).
+ * A random 32-bit word for element `index`: word index mod 4 of the Philox block whose counter
+ * holds index / 4. PowerSGD's starting Q draws through this; the stochastic values stages draw
+ * 16 bits per element through `random_half_word`.
  */
 GRADZIP_HOST_DEVICE constexpr std::uint32_t random_word(std::uint64_t seed, std::uint32_t step,
                                                         std::uint32_t tensor_id, std::uint64_t index) {
   return philox_for(seed, step, tensor_id, index >> 2)[static_cast<int>(index & 3)];
+}
+
+/**
+ * The random bits of element `index` of a stochastic values stage: 16 bits, half-word
+ * index mod 8 of the Philox block whose counter holds index / 8, so one Philox evaluation
+ * serves eight consecutive elements. Half-word h is bits 16 (h mod 2) .. 16 (h mod 2) + 15 of
+ * word h / 2. They are returned in the top half of a word whose low half is 0, so that
+ * `uniform_float` of it is exactly h / 2^16 and `word >> 8` is u x 2^24 as before.
+ *
+ * With 16 bits, a probability p is realized to a resolution of 2^-16. Uniform, QSGD and TernGrad
+ * round t to floor(t + u): up with probability floor(frac(t) x 2^16) / 2^16, so their expected
+ * code is below t by less than 2^-16 of a step. Natural compression rounds up iff
+ * u x 2^24 < p x 2^24 in integers: ceil(p x 2^16) / 2^16, above by less than 2^-16.
+ * tests/host/test_uniform.cpp checks the bound over all 65,536 draws.
+ */
+GRADZIP_HOST_DEVICE constexpr std::uint32_t random_half_word(std::uint64_t seed, std::uint32_t step,
+                                                             std::uint32_t tensor_id, std::uint64_t index) {
+  const std::uint32_t word = philox_for(seed, step, tensor_id, index >> 3)[static_cast<int>((index & 7) >> 1)];
+  return (index & 1) != 0 ? (word & 0xFFFF0000u) : (word << 16);
 }
 
 /// A uniform float in [0, 1) from the top 24 bits of a word (exact, no rounding up to 1).

@@ -2,8 +2,8 @@
 //
 // Written for the compiler's vectorizer and the cache: a bucket's statistics are gathered in
 // the canonical 32-lane order (quantize/bucket_stats.hpp) in one read, then its codes are made
-// 256 at a time from the same (now cached) values, with the Philox words of four consecutive
-// elements drawn by one evaluation, and packed into bit planes with SSE2 `movemask` where the
+// 256 at a time from the same (now cached) values, with the random bits of eight consecutive
+// elements drawn by one Philox evaluation, and packed into bit planes with SSE2 `movemask` where the
 // target has it. Decoding expands each bit-plane group of 32 codes through a table and
 // accumulates the decoded values contiguously. No allocation: buffers live on the stack.
 #pragma once
@@ -221,26 +221,24 @@ class philox_avx2 {
 };
 #endif
 
-/// Random words for `count` (a multiple of 4, at most 256) consecutive elements from tensor
-/// index `first` (a multiple of 4): Philox blocks first / 4, first / 4 + 1, ..., evaluated side
-/// by side. With AVX2, eight blocks per vector (Philox is most of a stochastic quantizer's
-/// cost); otherwise as a structure of arrays, so each round is a loop of widening multiplies.
-/// The same words as `random_word` either way; tests/host/test_random.cpp checks it.
-inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_context ctx,
-                                     std::uint64_t first, std::uint64_t count, std::uint32_t* out) {
+/// Philox blocks first_block, first_block + 1, ... (`blocks` of them, at most 64), written as
+/// 4 words each in block order, evaluated side by side: with AVX2, eight blocks per vector
+/// (Philox is most of a stochastic quantizer's cost); otherwise as a structure of arrays, so
+/// each round is a loop of widening multiplies. The same words as `philox_for`.
+inline void philox_blocks(std::uint64_t seed, quantize::compress_context ctx, std::uint64_t first_block,
+                          int blocks, std::uint32_t* out) {
   int b = 0;
-  const int blocks = static_cast<int>(count / 4);
 #if defined(__AVX2__)
   if (blocks >= 8) {
     const philox_avx2 philox(seed, ctx);
-    for (; b + 8 <= blocks; b += 8) philox.blocks_8((first >> 2) + static_cast<std::uint64_t>(b), out + 4 * b);
+    for (; b + 8 <= blocks; b += 8) philox.blocks_8(first_block + static_cast<std::uint64_t>(b), out + 4 * b);
   }
 #endif
   constexpr int most = 64;
   std::uint32_t c0[most], c1[most], c2[most], c3[most];
   const int rest = blocks - b;
   for (int r = 0; r < rest; ++r) {
-    const std::uint64_t counter = (first >> 2) + static_cast<std::uint64_t>(b + r);
+    const std::uint64_t counter = first_block + static_cast<std::uint64_t>(b + r);
     c0[r] = static_cast<std::uint32_t>(counter);
     c1[r] = static_cast<std::uint32_t>(counter >> 32);
     c2[r] = static_cast<std::uint32_t>(ctx.step);  // below 2^32: check_context
@@ -268,6 +266,28 @@ inline void consecutive_philox_words(std::uint64_t seed, quantize::compress_cont
     words[2] = c2[r];
     words[3] = c3[r];
   }
+}
+
+/// The stochastic stages' random words (`random_half_word`) for `count` (a multiple of 8, at
+/// most 256) consecutive elements from tensor index `first` (a multiple of 8): one Philox block
+/// per eight elements, each 32-bit word split into its two halves, moved to the top.
+/// tests/host/test_random.cpp checks them against `random_half_word`.
+inline void consecutive_half_words(std::uint64_t seed, quantize::compress_context ctx, std::uint64_t first,
+                                   std::uint64_t count, std::uint32_t* out) {
+  std::uint32_t words[128];
+  philox_blocks(seed, ctx, first >> 3, static_cast<int>(count / 8), words);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  // In memory, word h / 2's low half comes first: the words are the half-words in order, and
+  // the loop is a zero-extension and a shift (no shuffles).
+  std::uint16_t halves[256];
+  std::memcpy(halves, words, count * 2);
+  for (std::uint64_t j = 0; j < count; ++j) out[j] = static_cast<std::uint32_t>(halves[j]) << 16;
+#else
+  for (std::uint64_t j = 0; j < count; j += 2) {
+    out[j] = words[j / 2] << 16;
+    out[j + 1] = words[j / 2] & 0xFFFF0000u;
+  }
+#endif
 }
 
 template <>
@@ -320,7 +340,7 @@ struct values_backend<host> {
     if constexpr (Values::stochastic) {
       std::uint32_t random[block];
       if constexpr (std::is_same_v<IndexOf, identity_index>) {
-        consecutive_philox_words(values.seed, ctx, g, (m + 3) / 4 * 4, random);
+        consecutive_half_words(values.seed, ctx, g, (m + 7) / 8 * 8, random);
       } else {
         for (std::uint64_t j = 0; j < m; ++j) random[j] = quantize::element_random(values, index_of(g + j), ctx);
       }

@@ -90,10 +90,10 @@ GRADZIP_HOST_DEVICE constexpr std::uint32_t random_word(std::uint64_t seed, std:
 }
 
 /**
- * The random bits of element `index` of a stochastic values stage: 16 bits, half-word
- * index mod 8 of the Philox block whose counter holds index / 8, so one Philox evaluation
- * serves eight consecutive elements. Half-word h is bits 16 (h mod 2) .. 16 (h mod 2) + 15 of
- * word h / 2. They are returned in the top half of a word whose low half is 0, so that
+ * Half-word h (0..7) of a Philox block, the random bits of the element that draws it. A
+ * stochastic values stage's element `index` draws 16 bits: half-word index mod 8 of the block
+ * whose counter holds index / 8, so one Philox evaluation serves eight consecutive elements.
+ * Half-word h is bits 16 (h mod 2) .. 16 (h mod 2) + 15 of word h / 2. They are returned in the top half of a word whose low half is 0, so that
  * `uniform_float` of it is exactly h / 2^16 and `word >> 8` is u x 2^24 as before.
  *
  * With 16 bits, a probability p is realized to a resolution of 2^-16. Uniform, QSGD and TernGrad
@@ -102,10 +102,16 @@ GRADZIP_HOST_DEVICE constexpr std::uint32_t random_word(std::uint64_t seed, std:
  * u x 2^24 < p x 2^24 in integers: ceil(p x 2^16) / 2^16, above by less than 2^-16.
  * tests/host/test_uniform.cpp checks the bound over all 65,536 draws.
  */
+GRADZIP_HOST_DEVICE constexpr std::uint32_t half_word(const philox_words& block, unsigned h) {
+  const std::uint32_t word = block[static_cast<int>((h & 7) >> 1)];
+  return (h & 1) != 0 ? (word & 0xFFFF0000u) : (word << 16);
+}
+
+/// Element `index`'s bits as above: `half_word` h = index mod 8 of block index / 8. A loop over
+/// eight consecutive elements evaluates the block once and takes `half_word(block, h)`.
 GRADZIP_HOST_DEVICE constexpr std::uint32_t random_half_word(std::uint64_t seed, std::uint32_t step,
                                                              std::uint32_t tensor_id, std::uint64_t index) {
-  const std::uint32_t word = philox_for(seed, step, tensor_id, index >> 3)[static_cast<int>((index & 7) >> 1)];
-  return (index & 1) != 0 ? (word & 0xFFFF0000u) : (word << 16);
+  return half_word(philox_for(seed, step, tensor_id, index >> 3), static_cast<unsigned>(index & 7));
 }
 
 /// A uniform float in [0, 1) from the top 24 bits of a word (exact, no rounding up to 1).

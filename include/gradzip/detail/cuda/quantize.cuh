@@ -1,12 +1,78 @@
 // values_backend<cuda>: bucketed values stages, one warp per bucket, in one pass over the input.
-// Lane l reads values l, l + 32, ... of the bucket (coalesced) into its statistics, the lanes
-// merge them in the canonical butterfly, and each group of 32 codes is packed with one
-// __ballot_sync per bit plane, the layout of quantize/bit_packing.hpp.
+// Lane l reads values l, l + 32, ... of the bucket (coalesced) into its statistics, and the
+// lanes merge them in the canonical butterfly. Codes need no order: a dense bucket is encoded
+// eight consecutive elements per lane, so that one Philox block serves them (the RNG contract,
+// random/philox.hpp), and gathered values 32 at a time; both pack the layout of
+// quantize/bit_packing.hpp.
 #pragma once
+
+#include <type_traits>
 
 #include "gradzip/quantize/bit_packing.hpp"
 
 namespace gradzip::detail {
+
+/// Codes of a dense bucket's values [begin, end), 256 at a time: lane l encodes the eight
+/// consecutive elements s + 8l .. s + 8l + 7 (eight independent loads in flight), drawing their
+/// random bits from one Philox block (their counter is (s + 8l) / 8: begin is a multiple of the
+/// bucket, hence of 8). Bit plane b of the group of 32 codes at s + 32q is then lanes 4q .. 4q + 3's
+/// bytes of plane b, gathered by three shuffles. The same codes and words as `encode_strided`.
+template <class Values, class T>
+__device__ void encode_blocked(const Values& values, const T* x, std::uint64_t begin, std::uint64_t end,
+                               const typename Values::record& record, std::uint32_t* codes,
+                               quantize::compress_context ctx, unsigned lane) {
+  for (std::uint64_t s = begin; s < end; s += 256) {  // warp-uniform: every lane iterates alike
+    const std::uint64_t first = s + 8 * lane;
+    philox_words block{};
+    if constexpr (Values::stochastic) {
+      if (first < end) {
+        block = philox_for(values.seed, static_cast<std::uint32_t>(ctx.step), static_cast<std::uint32_t>(ctx.tensor_id),
+                           first >> 3);  // both below 2^32: check_context
+      }
+    }
+    // The eight loads first, so that they are in flight together; lanes past the end read none.
+    const unsigned valid = first < end ? static_cast<unsigned>(end - first < 8 ? end - first : 8) : 0u;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = static_cast<unsigned>(i) < valid ? static_cast<float>(to_float(x[first + i])) : 0.0f;
+    unsigned plane[Values::bits] = {};  // bit i of plane[b]: bit b of element first + i's code
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const std::uint32_t random = Values::stochastic ? half_word(block, static_cast<unsigned>(i)) : 0u;
+      const unsigned code = static_cast<unsigned>(i) < valid ? values.encode(v[i], record, random) : 0u;
+#pragma unroll
+      for (int bit = 0; bit < Values::bits; ++bit) plane[bit] |= ((code >> bit) & 1u) << i;
+    }
+    const std::uint64_t group = s + 32 * (lane / 4);  // the group of 32 this lane's byte is in
+#pragma unroll
+    for (int bit = 0; bit < Values::bits; ++bit) {
+      const unsigned byte = plane[bit];
+      const unsigned word = byte | (__shfl_down_sync(0xFFFFFFFFu, byte, 1) << 8) |
+                            (__shfl_down_sync(0xFFFFFFFFu, byte, 2) << 16) |
+                            (__shfl_down_sync(0xFFFFFFFFu, byte, 3) << 24);
+      if (lane % 4 == 0 && group < end) codes[(group / 32) * Values::bits + bit] = word;
+    }
+  }
+}
+
+/// Codes of a bucket of gathered values (top-k, random-k: tensor index `index_of(j)`), 32 at a
+/// time, lane l encoding value g + l; one __ballot_sync per bit plane.
+template <class Values, class T, class IndexOf>
+__device__ void encode_strided(const Values& values, const T* x, std::uint64_t begin, std::uint64_t end,
+                               const typename Values::record& record, std::uint32_t* codes, IndexOf index_of,
+                               quantize::compress_context ctx, unsigned lane) {
+  for (std::uint64_t g = begin; g < end; g += 32) {  // warp-uniform: every lane iterates alike
+    const std::uint64_t j = g + lane;
+    const unsigned code =
+        j < end ? values.encode(static_cast<float>(to_float(x[j])), record,
+                                quantize::element_random(values, index_of(j), ctx)) : 0u;
+    std::uint32_t* words = codes + (g / 32) * Values::bits;
+    for (int bit = 0; bit < Values::bits; ++bit) {
+      const std::uint32_t plane = __ballot_sync(0xFFFFFFFFu, (code >> bit) & 1u);
+      if (lane == static_cast<unsigned>(bit)) words[bit] = plane;
+    }
+  }
+}
 
 template <class Values, class T, class IndexOf>
 __global__ __launch_bounds__(block_threads)
@@ -31,16 +97,10 @@ void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
     }
     const auto record = Values::make_record(stats, end - begin);
     if (lane == 0) Values::store_record(scales, b, record);
-    for (std::uint64_t g = begin; g < end; g += 32) {  // warp-uniform: every lane iterates alike
-      const std::uint64_t j = g + lane;
-      const unsigned code =
-          j < end ? values.encode(static_cast<float>(to_float(x[j])), record,
-                                  quantize::element_random(values, index_of(j), ctx)) : 0u;
-      std::uint32_t* words = codes + (g / 32) * Values::bits;
-      for (int bit = 0; bit < Values::bits; ++bit) {
-        const std::uint32_t plane = __ballot_sync(0xFFFFFFFFu, (code >> bit) & 1u);
-        if (lane == static_cast<unsigned>(bit)) words[bit] = plane;
-      }
+    if constexpr (std::is_same_v<IndexOf, identity_index>) {
+      encode_blocked(values, x, begin, end, record, codes, ctx, lane);
+    } else {
+      encode_strided(values, x, begin, end, record, codes, index_of, ctx, lane);
     }
   }
 }

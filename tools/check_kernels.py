@@ -7,14 +7,21 @@
    - registers x threads fit the 65,536 registers of a block;
    - static shared memory fits the 48 KiB a launch gets without an opt-in;
    - nothing spills to local memory, but for the kernels listed in --allow-spills (a file of
-     "mangled-name-substring  reason" lines).
+     "mangled-name-substrings  reason" lines, the substrings joined by '&');
+   - registers allow at least 50 % occupancy (32 of an SM's 64 warps resident) at the kernel's
+     __launch_bounds__ block size, for kernels of 64 threads or more, but for those listed in
+     --occupancy-exceptions (same format; the reason says what is pending).
+3. 128-bit loads: each kernel whose mangled name contains a substring listed in --vector-loads
+   (same format) has a 16-byte global load (ld.global[.nc].v4 of 32-bit words or .v2 of 64-bit
+   ones) in its PTX, or in a device function it calls.
 2. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
    what a user's build gets) equals the PTX with --fmad=false. Where they differ, some a * b + c
    in device code was fused by the compiler's choice; such expressions must say which they want
    (fmaf, or __fmul_rn / __fadd_rn), or payloads differ from the host's (docs/architecture.md).
 
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
-                        [--allow-spills FILE] SOURCE.cu
+                        [--allow-spills FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
+                        SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
 import argparse
@@ -26,6 +33,36 @@ import tempfile
 
 REGISTERS_PER_BLOCK = 65536
 STATIC_SHARED_LIMIT = 48 * 1024
+# sm_80, sm_90 and sm_100 alike: a 64 K-register file per SM, 64 resident warps, 32 blocks,
+# registers allocated per warp in units of 256.
+REGISTERS_PER_SM = 65536
+WARPS_PER_SM = 64
+BLOCKS_PER_SM = 32
+REGISTER_UNIT = 256
+MIN_OCCUPANCY = 0.5
+VECTOR_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L\w+::\w+)*\.v(?:4\.(?:f32|b32|u32|s32)|2\.(?:f64|b64|u64|s64))\b")
+
+
+def register_occupancy(regs, threads):
+    """Fraction of an SM's warps resident when registers (and the warp and block limits) decide."""
+    warps = (threads + 31) // 32
+    per_warp = max(1, -(-regs * 32 // REGISTER_UNIT)) * REGISTER_UNIT
+    blocks = min(REGISTERS_PER_SM // per_warp // warps, WARPS_PER_SM // warps, BLOCKS_PER_SM)
+    return blocks * warps / WARPS_PER_SM
+
+
+def calls(body):
+    return set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", body))
+
+
+def has_vector_load(functions, name, seen=None):
+    """Whether function `name` or a function it calls (transitively) has a 16-byte global load."""
+    seen = set() if seen is None else seen
+    if name in seen or name not in functions:
+        return False
+    seen.add(name)
+    body = functions[name][2]
+    return bool(VECTOR_LOAD.search(body)) or any(has_vector_load(functions, c, seen) for c in calls(body))
 
 
 def demangle(names):
@@ -145,6 +182,11 @@ def fusable_pairs(body, files=None):
     return pairs
 
 
+def matches(pattern, mangled):
+    """A list entry names a kernel by substrings of its mangled name joined by '&', all present."""
+    return all(part in mangled for part in pattern.split("&"))
+
+
 def load_allowed(path):
     allowed = []
     if path:
@@ -164,6 +206,8 @@ def main():
     ap.add_argument("-I", dest="includes", action="append", default=[])
     ap.add_argument("-D", dest="defines", action="append", default=[])
     ap.add_argument("--allow-spills")
+    ap.add_argument("--occupancy-exceptions")
+    ap.add_argument("--vector-loads")
     ap.add_argument("--no-contraction-check", action="store_true")
     ap.add_argument("--namespace", default="gradzip::",
                     help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
@@ -198,6 +242,8 @@ def main():
 
         usage = {key: u for key, u in usage.items() if ours(key[1])}
         allowed = load_allowed(args.allow_spills)
+        low_occupancy = load_allowed(args.occupancy_exceptions)
+        vector = load_allowed(args.vector_loads)
         rows = []
         for (sm, mangled), u in sorted(usage.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             arch = sm[3:]
@@ -212,11 +258,20 @@ def main():
             if u["smem"] > STATIC_SHARED_LIMIT:
                 problems.append(f"{sm} {pretty}: {u['smem']} bytes of static shared memory > {STATIC_SHARED_LIMIT}")
             if u["spill_stores"] or u["spill_loads"]:
-                reason = next((r for p, r in allowed if p in mangled), None)
+                reason = next((r for p, r in allowed if matches(p, mangled)), None)
                 if reason is None:
                     problems.append(f"{sm} {pretty}: spills ({u['spill_stores']} bytes stored, {u['spill_loads']} "
                                     f"loaded) to local memory")
-            rows.append((sm, u["regs"], threads, u["smem"], u["stack"], u["spill_stores"], pretty))
+            occupancy = register_occupancy(u["regs"], threads)
+            if threads >= 64 and occupancy < MIN_OCCUPANCY:
+                if next((r for p, r in low_occupancy if matches(p, mangled)), None) is None:
+                    problems.append(f"{sm} {pretty}: {u['regs']} registers at {threads} threads per block leave "
+                                    f"{occupancy:.0%} occupancy (< {MIN_OCCUPANCY:.0%})")
+            for p, reason in vector:
+                if matches(p, mangled):
+                    if not has_vector_load(ptx[arch], mangled):
+                        problems.append(f"{sm} {pretty}: no 16-byte global load ({reason})")
+            rows.append((sm, u["regs"], threads, occupancy, u["smem"], u["stack"], u["spill_stores"], pretty))
 
         if not args.no_contraction_check:
             arch = "90" if "90" in archs else archs[0]
@@ -252,15 +307,16 @@ def main():
                                 f"without a rounding mode, which ptxas may fuse (e.g. {pairs[0]})")
 
     print(f"{name}: {len(rows)} kernel compilations over sm_{', sm_'.join(archs)}")
-    print(f"{'arch':7}{'regs':>5}{'threads':>8}{'smem':>7}{'stack':>6}{'spill':>6}  kernel")
-    for sm, regs, threads, smem, stack, spill, pretty in rows:
-        print(f"{sm:7}{regs:>5}{threads:>8}{smem:>7}{stack:>6}{spill:>6}  {pretty}")
+    print(f"{'arch':7}{'regs':>5}{'threads':>8}{'occ':>5}{'smem':>7}{'stack':>6}{'spill':>6}  kernel")
+    for sm, regs, threads, occupancy, smem, stack, spill, pretty in rows:
+        print(f"{sm:7}{regs:>5}{threads:>8}{occupancy:>5.0%}{smem:>7}{stack:>6}{spill:>6}  {pretty}")
     if problems:
         print(f"\n{len(problems)} problem(s):")
         for p in problems:
             print("  " + p)
         return 1
-    print("\nall kernels fit their launch, nothing spills, no implicit contraction")
+    print("\nall kernels fit their launch, nothing spills, occupancy >= 50 % (or excepted), "
+          "the listed kernels load 16 bytes, no implicit contraction")
     return 0
 
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <limits>
@@ -95,6 +96,24 @@ std::vector<T> converted(const std::vector<float>& f) {
   std::vector<T> out(f.size());
   for (std::size_t i = 0; i < f.size(); ++i) out[i] = gz::from_double<T>(f[i]);
   return out;
+}
+
+/// The device sketches x (uploaded after `offset` leading elements, so offset 1 gives a span
+/// that is not 16-byte aligned) to the host's bytes.
+template <class T>
+void check_sketch_parity(const gz::sketch::count_sketch& cs, const std::vector<T>& x, gz::cuda& dev,
+                         std::size_t offset = 0) {
+  gz::host host;
+  std::vector<std::byte> expected(cs.payload_bytes(x.size()));
+  cs.compress(host, gz::span<const T>(x), gz::span<std::byte>(expected));
+  std::vector<T> padded(offset + x.size());
+  std::copy(x.begin(), x.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  device_vector<T> dx(padded);
+  device_vector<std::byte> out(expected.size());
+  cs.compress(dev, gz::span<const T>(dx.data + offset, x.size()), out.view());
+  dev.check();
+  INFO("n = " << x.size() << ", element bytes " << sizeof(T) << ", offset " << offset);
+  CHECK(out.download() == expected);
 }
 
 }  // namespace
@@ -489,6 +508,36 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
+TEST_CASE("cuda 16-byte loads and their scalar fallback give the host's bytes (unaligned spans)", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  // A span that starts one element into an allocation is not 16-byte aligned: every run of 8
+  // takes the scalar path; the aligned spans of the other tests take the vector one.
+  const auto unaligned = [&](const auto& c, const auto& x) {
+    using T = typename std::decay_t<decltype(x)>::value_type;
+    std::vector<T> padded(x.size() + 1);
+    std::copy(x.begin(), x.end(), padded.begin() + 1);
+    device_vector<T> dx(padded);
+    const auto expected = test::compress(c, host, x);
+    device_vector<std::byte> out(c.template max_compressed_bytes<T>(x.size()));
+    const std::size_t bytes = c.compress(dev, gz::span<const T>(dx.data + 1, x.size()), out.view());
+    dev.synchronize();
+    INFO("n = " << x.size() << ", element bytes " << sizeof(T));
+    CHECK(out.download(bytes) == expected);
+  };
+  using q4 = gz::quantize::uniform<4>;
+  using s2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
+  for (std::size_t n : {std::size_t{9}, std::size_t{4099}, std::size_t{70001}}) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 61);
+    unaligned(gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, g);
+    unaligned(gz::codec<gz::sparsify::none, s2, gz::encode::none>{{}, s2{3}}, g);
+    unaligned(gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, converted<__half>(g));
+    unaligned(gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, converted<double>(g));
+    check_sketch_parity(gz::sketch::count_sketch{3, 97, 4}, g, dev, 1);
+  }
+}
+
 TEST_CASE("cuda runs values stages written outside the library to the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
@@ -703,6 +752,27 @@ TEST_CASE("cuda count sketch equals the host's bytes and estimates alike", "[gpu
       dev.check();
       CHECK(got.download() == want);
     }
+  }
+  // The fixed point's edges: non-finite values poison their cells, subnormal and huge
+  // magnitudes, ties, zeros; and a double input. The device's atomics add in any order.
+  {
+    const gz::sketch::count_sketch cs{3, 61, 5};
+    const float tiny = std::numeric_limits<float>::denorm_min(), huge = std::numeric_limits<float>::max();
+    std::vector<float> mixed = gradzip_tools::synthetic_gradient<float>(3001, 2);
+    mixed[5] = std::numeric_limits<float>::quiet_NaN();
+    mixed[77] = std::numeric_limits<float>::infinity();
+    mixed[2999] = -std::numeric_limits<float>::infinity();
+    const std::vector<std::vector<float>> inputs = {
+        mixed,
+        std::vector<float>(100, 0.0f),
+        std::vector<float>(1000, huge),
+        {tiny, -tiny, 3 * tiny, tiny, 5 * tiny, -7 * tiny, 1e-40f, -2e-41f},
+        std::vector<float>(40, 1e-30f),
+        {1.0f, std::ldexp(1.0f, -31), std::ldexp(3.0f, -31), std::ldexp(5.0f, -31), -std::ldexp(1.0f, -31)},
+    };
+    for (const auto& x : inputs) check_sketch_parity(cs, x, dev);
+    const auto g = gradzip_tools::synthetic_gradient<float>(5000, 8);
+    check_sketch_parity(cs, std::vector<double>(g.begin(), g.end()), dev);
   }
   // A sketch of another configuration is refused on the device too.
   const gz::sketch::count_sketch cs{3, 100, 1};

@@ -1,11 +1,14 @@
-// sketch::count_sketch: linearity (bit-exact on integer-valued inputs), thread-count
+// sketch::count_sketch: the fixed-point cells against their definition (and the conversions
+// against long double), linearity (bit-exact on integer-valued inputs), thread-count
 // independence, recovery of planted heavy hitters, unsketch through codec<topk>, and rejection
 // of malformed or mismatched sketches.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <set>
 
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
@@ -62,34 +65,158 @@ TEST_CASE("count sketch is linear: merge(sketch(a), sketch(b)) == sketch(a + b)"
   CHECK(std::sqrt(err / norm) < 1e-5);
 }
 
-TEST_CASE("count sketch table equals the plain definition, element by element", "[count_sketch]") {
+/// v rounded to float, ties to even; past the float range (from the midpoint between FLT_MAX and
+/// 2^128 up) an infinity, without the out-of-range conversion C++ leaves undefined.
+float to_float_rounded(long double v) {
+  if (std::fabs(v) >= 0x1.ffffffp127L) return std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(v > 0 ? 1 : -1));
+  return static_cast<float>(v);
+}
+
+/// The table by the definition, independently of detail::fixed_point: the unit 2^(E - p) from
+/// ilogb of the largest finite magnitude, q = round_half_even(v / unit) by ldexp, exact
+/// integer sums, each cell rounded once through long double (64-bit significand: exact, then
+/// one rounding to float). Cells that a non-finite value maps to are NaN.
+template <class T>
+std::vector<float> plain_table(const sketch::count_sketch& cs, const std::vector<T>& x) {
+  const std::size_t n = x.size();
+  float largest = 0.0f;
+  for (const T& xi : x) {
+    const float v = static_cast<float>(xi);
+    if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+  }
+  int bits_n = 0;
+  for (std::size_t m = n; m != 0; m >>= 1) ++bits_n;
+  const int precision = std::min(30, 61 - bits_n);
+  const int unit = largest == 0.0f ? 0 : std::ilogb(largest) - precision;
+  std::vector<std::int64_t> sums(static_cast<std::size_t>(cs.rows()) * cs.columns(), 0);
+  std::vector<bool> poisoned(sums.size(), false);
+  for (std::uint32_t r = 0; r < cs.rows(); ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(x[i]);
+      const std::uint64_t cell = cs.cell_of(r, i);
+      if (!std::isfinite(v)) {
+        poisoned[cell] = true;
+        continue;
+      }
+      const auto q = static_cast<std::int64_t>(std::nearbyint(std::ldexp(static_cast<double>(v), -unit)));
+      sums[cell] += sketch::count_sketch::sign_of(sketch::count_sketch::hash_of(cs.seed(), r, i)) < 0 ? -q : q;
+    }
+  }
+  std::vector<float> cells(sums.size());
+  for (std::size_t j = 0; j < cells.size(); ++j) {
+    cells[j] = poisoned[j] ? std::numeric_limits<float>::quiet_NaN()
+                           : to_float_rounded(std::ldexp(static_cast<long double>(sums[j]), unit));
+  }
+  return cells;
+}
+
+/// Every cell of `table` equals `want` (NaN where want is NaN, as gradzip's quiet NaN).
+void check_cells(const sketch::count_sketch& cs, const std::vector<std::byte>& table, const std::vector<float>& want,
+                 const char* what) {
+  const std::uint8_t* t = cs.table_of(span<const std::byte>(table));
+  std::size_t differing = 0;
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    const float got = sketch::count_sketch::load_cell(t, j);
+    const bool same = std::isnan(want[j]) ? gradzip::detail::bit_cast<std::uint32_t>(got) == sketch::count_sketch::poisoned_cell
+                                          : gradzip::detail::bit_cast<std::uint32_t>(got) == gradzip::detail::bit_cast<std::uint32_t>(want[j]);
+    if (!same && differing++ == 0) UNSCOPED_INFO(what << ": first difference at cell " << j << ": " << got << " != " << want[j]);
+  }
+  CHECK(differing == 0);
+}
+
+TEST_CASE("count sketch table equals the fixed-point definition, cell by cell", "[count_sketch]") {
   // n not a multiple of 8: the AVX2 path hashes eight indices per step, the tail one at a time.
   const std::size_t n = 10007;
   const auto x = gradzip_tools::synthetic_gradient<float>(n, 9);
   std::vector<double> wide(x.begin(), x.end());
   for (std::uint32_t rows : {1u, 3u, 5u}) {
     const sketch::count_sketch cs{rows, 613, 21};
-    // Each cell: its sum over [0, n / 2) plus its sum over [n / 2, n), each in element order.
-    std::vector<float> first(static_cast<std::size_t>(rows) * cs.columns(), 0.0f), second(first), cells(first);
-    for (std::uint32_t r = 0; r < rows; ++r) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint32_t h = sketch::count_sketch::hash_of(cs.seed(), r, i);
-        (i < n / 2 ? first : second)[cs.cell_of(r, i)] += sketch::count_sketch::sign_of(h) * x[i];
-      }
+    const auto want = plain_table(cs, x);
+    for (int threads : {1, 2}) {
+      check_cells(cs, sketch_of(cs, x, threads), want, "float input");
     }
-    for (std::size_t j = 0; j < cells.size(); ++j) cells[j] = first[j] + second[j];
     host exec;
-    for (const auto& table : {sketch_of(cs, x), [&] {
-                                std::vector<std::byte> out(cs.payload_bytes(n));
-                                cs.compress(exec, span<const double>(wide), span<std::byte>(out));
-                                return out;
-                              }()}) {
-      const std::uint8_t* t = cs.table_of(span<const std::byte>(table));
-      for (std::size_t j = 0; j < cells.size(); ++j) {
-        if (sketch::count_sketch::load_cell(t, j) != cells[j]) FAIL("rows " << rows << ": cell " << j << " differs");
+    std::vector<std::byte> out(cs.payload_bytes(n));
+    cs.compress(exec, span<const double>(wide), span<std::byte>(out));
+    check_cells(cs, out, want, "double input");
+  }
+}
+
+TEST_CASE("count sketch cells at the edges of the fixed point", "[count_sketch]") {
+  const sketch::count_sketch cs{3, 61, 5};
+  const auto inf = std::numeric_limits<float>::infinity();
+  const auto nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min(), huge = std::numeric_limits<float>::max();
+  std::vector<std::pair<const char*, std::vector<float>>> cases = {
+      {"empty", {}},
+      {"zeros and a negative zero", std::vector<float>(100, 0.0f)},
+      {"largest floats: sums overflow to infinity", std::vector<float>(1000, huge)},
+      {"subnormals only", {tiny, -tiny, 3 * tiny, tiny, 5 * tiny, -7 * tiny, 1e-40f, -2e-41f}},
+      {"largest magnitude below 2^-97: the scalar path", std::vector<float>(40, 1e-30f)},
+      {"values far below the unit round to zero", {1.0f, 1e-12f, -1e-12f, 3e-10f, 0.5f, 0.25f}},
+      {"ties round to even", {1.0f, std::ldexp(1.0f, -31), std::ldexp(3.0f, -31), std::ldexp(5.0f, -31), -std::ldexp(1.0f, -31)}},
+  };
+  cases[1].second[17] = -0.0f;
+  // Non-finite values poison their cells only; they do not set the unit.
+  std::vector<float> mixed = gradzip_tools::synthetic_gradient<float>(3001, 2);
+  mixed[5] = nan;
+  mixed[77] = inf;
+  mixed[2999] = -inf;  // past the last group of eight: the scalar tail
+  cases.emplace_back("NaN and infinities among normal values", mixed);
+  for (const auto& [what, x] : cases) {
+    for (int threads : {1, 2}) check_cells(cs, sketch_of(cs, x, threads), plain_table(cs, x), what);
+  }
+  // Every cell the NaN maps to is NaN, and no other is.
+  const auto table = sketch_of(cs, mixed);
+  const std::uint8_t* t = cs.table_of(span<const std::byte>(table));
+  std::size_t nan_cells = 0;
+  for (std::size_t j = 0; j < 3 * cs.columns(); ++j) nan_cells += std::isnan(sketch::count_sketch::load_cell(t, j)) ? 1 : 0;
+  std::set<std::uint64_t> expected;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    for (std::size_t i : {5, 77, 2999}) expected.insert(cs.cell_of(r, i));
+  }
+  CHECK(nan_cells == expected.size());
+}
+
+TEST_CASE("count sketch's fixed point: conversions equal long double's, ties to even", "[count_sketch]") {
+  using gradzip::detail::fixed_point;
+  std::mt19937_64 rng(17);
+  std::size_t checked = 0;
+  for (int unit : {-179, -160, -149, -140, -126, -100, -60, -21, 0, 30, 100, 127}) {
+    const fixed_point fp{unit};
+    for (int trial = 0; trial < 20000; ++trial) {
+      // Magnitudes spread over every bit width, including exact ties after the shift.
+      const int width = static_cast<int>(rng() % 63);
+      std::int64_t s = static_cast<std::int64_t>(rng() >> (64 - std::max(width, 1)));
+      if (trial % 7 == 0) s = (s | 1) << (rng() % 8);  // trailing zeros: ties and exact values
+      if (rng() & 1) s = -s;
+      const float want = to_float_rounded(std::ldexp(static_cast<long double>(s), unit));
+      const float got = fp.to_float(s);
+      if (gradzip::detail::bit_cast<std::uint32_t>(got) != gradzip::detail::bit_cast<std::uint32_t>(want)) {
+        FAIL("unit 2^" << unit << ", s = " << s << ": " << got << " != " << want);
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked == 12 * 20000);
+  // to_fixed: round_half_even(v / unit) for v up to the largest magnitude.
+  for (float largest : {std::numeric_limits<float>::denorm_min() * 5, 1e-38f, 1e-30f, 1.0f, 3e5f, 3e38f}) {
+    for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{1} << 20, std::uint64_t{1} << 40, fixed_point::max_count}) {
+      const fixed_point fp = fixed_point::for_values(gradzip::detail::bit_cast<std::uint32_t>(largest), n);
+      CHECK(fp.unit_exponent == std::ilogb(largest) - fixed_point::precision(n));
+      for (int trial = 0; trial < 2000; ++trial) {
+        const float v = largest * static_cast<float>(static_cast<double>(rng() >> 11) / 9007199254740992.0) * ((rng() & 1) ? 1 : -1);
+        const auto want = static_cast<std::int64_t>(std::nearbyint(std::ldexp(static_cast<long double>(v), -fp.unit_exponent)));
+        REQUIRE(fp.to_fixed(v) == want);
+        REQUIRE(std::llabs(want) <= (std::int64_t{1} << (fixed_point::precision(n) + 1)));
+        REQUIRE(std::llabs(want) < (std::int64_t{1} << 31));
       }
     }
   }
+  CHECK(fixed_point::precision(1) == 30);
+  CHECK(fixed_point::precision((std::uint64_t{1} << 31) - 1) == 30);
+  CHECK(fixed_point::precision(std::uint64_t{1} << 31) == 29);
+  CHECK(fixed_point::precision(fixed_point::max_count) == 0);
 }
 
 TEST_CASE("count sketch estimates equal the plain median of the rows' signed cells", "[count_sketch]") {

@@ -16,14 +16,20 @@
  * gradients (`summable`: an allreduce of the table is the sketch of the sum; `merge` adds two on
  * the host). `estimate` gives every element's median-of-rows estimate; `unsketch` returns the k
  * largest estimates as a top-k payload (`codec<sparsify::topk>`), so any gradzip decoder applies
- * it. A cell is its sum over the first half of the elements plus its sum over the second half,
- * each in increasing element order (`half_point`), so a sketch's bytes do not depend on the
- * executor or the thread count.
+ * it.
+ *
+ * Cells are exact fixed-point sums (`detail::fixed_point`): each value is rounded once to a
+ * multiple of 2^(E - p), where 2^E <= the largest finite magnitude < 2^(E+1) and
+ * p = min(30, 61 - bit_width(n)); the signed multiples are summed exactly in 64-bit integers,
+ * and each cell is rounded once to fp32. Integer sums have no order, so a sketch's bytes depend
+ * only on the input and (rows, columns, seed): not on the executor, the thread count or the
+ * order of the GPU's atomics. A cell that a non-finite element maps to is NaN. The input is read
+ * twice per sketch, whatever the row count: once for the largest magnitude, once for the sums.
  *
  * Payload: codec id 00 06 00 00; params (u32 rows, u32 hash family 1, u64 columns, u64 seed), then the table
  * as rows x columns fp32, row-major. The header's element count is n. Host executor, and on
- * CUDA `compress`, `merge`, `estimate` and `unsketch` (detail/cuda/count_sketch.cuh: a stable
- * sort by column instead of float atomics, the host's bytes).
+ * CUDA `compress`, `merge`, `estimate` and `unsketch` (detail/cuda/count_sketch.cuh: 64-bit
+ * integer atomics into the cells, the host's bytes).
  *
  * @code
  * gradzip::sketch::count_sketch cs{5, n / 100, seed};
@@ -43,6 +49,7 @@
 #include "gradzip/codec.hpp"
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
+#include "gradzip/detail/fixed_point.hpp"
 #include "gradzip/detail/host/hash_avx2.hpp"
 #include "gradzip/detail/host/parallel.hpp"
 #include "gradzip/random/hash.hpp"
@@ -104,10 +111,22 @@ class count_sketch {
     return gradzip::detail::bit_cast<float>(bits);
   }
 
-  /// A cell is the sum over elements [0, half_point) plus the sum over [half_point, n), each
-  /// taken in increasing element order from 0.0f: a fixed order, whatever the executor and
-  /// thread count, that lets two threads share every row.
-  GRADZIP_HOST_DEVICE static constexpr std::uint64_t half_point(std::uint64_t n) { return n / 2; }
+  /// The largest n a sketch takes: the fixed point needs n < 2^61 (detail/fixed_point.hpp).
+  static constexpr std::uint64_t max_elements = gradzip::detail::fixed_point::max_count;
+  /// What a cell that a non-finite element maps to holds: gradzip's quiet NaN.
+  static constexpr std::uint32_t poisoned_cell = 0x7FC00000u;
+
+  /// Element i's value as the sketch sees it: fp32, whatever T.
+  template <class T>
+  GRADZIP_HOST_DEVICE static float value_of(T x) {
+    return static_cast<float>(to_float(x));
+  }
+  /// s_r(i) q_i: the fixed point of a finite value with the sign of hash h applied.
+  GRADZIP_HOST_DEVICE static std::int64_t signed_fixed(const gradzip::detail::fixed_point& fp, float v,
+                                                       std::uint32_t h) {
+    const std::int64_t q = fp.to_fixed(v);
+    return (h >> 31) != 0 ? -q : q;
+  }
 
   /// The payload layout for a sketch of n elements (its size does not depend on n).
   GRADZIP_HOST_DEVICE static wire::payload_layout layout_for(std::uint32_t rows, std::uint64_t columns) {
@@ -188,10 +207,16 @@ class count_sketch {
     const wire::payload_layout l = layout();
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "count_sketch::compress: output holds ", out.size(),
                     " bytes, the sketch needs ", l.total_bytes());
+    expect_sketch_size(x.size());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     write_frame(base, x.size(), rows_, columns_, seed_);
-    sketch_rows(exec, x, base + l.at(1).offset);
+    const magnitude m = magnitude_of(exec, x);
+    sketch_rows(exec, x, gradzip::detail::fixed_point::for_values(m.max_bits, x.size()), base + l.at(1).offset);
+    if (m.non_finite != 0) poison_cells(x, base + l.at(1).offset);
     return l.total_bytes();
+  }
+  static void expect_sketch_size(std::uint64_t n) {
+    GRADZIP_EXPECTS(n <= max_elements, "count_sketch::compress: n = ", n, " exceeds ", max_elements, " elements");
   }
 
   /// into <- into + other: both sketches of this configuration and the same n (validated).
@@ -318,22 +343,84 @@ class count_sketch {
     return {base + table, h.element_count};
   }
 
-  /// The 2 x rows half-rows in parallel, each into its own float row in scratch, then each
-  /// cell's two halves added. Half-rows rather than rows, so that 2 threads share the work
-  /// evenly for any number of rows (FetchSGD's 5 rows as whole rows split 3 + 2).
+  /// The largest finite |value| (its bits) and the number of non-finite values.
+  struct magnitude {
+    std::uint32_t max_bits = 0;
+    std::uint64_t non_finite = 0;
+  };
   template <class T>
-  void sketch_rows(host& exec, span<const T> x, std::uint8_t* table) const {
-    const std::uint64_t n = x.size(), middle = half_point(n);
+  static magnitude magnitude_of(host& exec, span<const T> x) {
+    constexpr std::size_t max_chunks = 64;  // per-chunk results on the stack
+    const std::size_t chunks = std::min(max_chunks, gradzip::detail::chunk_count(exec, x.size()));
+    magnitude parts[max_chunks];
+    gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
+      const auto r = gradzip::detail::chunk_of(x.size(), chunks, c);
+      parts[c] = magnitude_range(x.data(), r.begin, r.end);
+    });
+    magnitude m;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      m.max_bits = std::max(m.max_bits, parts[c].max_bits);
+      m.non_finite += parts[c].non_finite;
+    }
+    return m;
+  }
+
+  template <class T>
+  static magnitude magnitude_range(const T* data, std::uint64_t begin, std::uint64_t end) {
+    magnitude m;
+    std::uint64_t i = begin;
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {
+      // Non-negative int32 lanes: |bits| of a finite value is below non_finite_bits.
+      const __m256i magnitude_bits = _mm256_set1_epi32(0x7FFFFFFF);
+      const __m256i largest_finite = _mm256_set1_epi32(static_cast<int>(gradzip::detail::fixed_point::non_finite_bits) - 1);
+      __m256i max_bits = _mm256_setzero_si256(), bad_count = _mm256_setzero_si256();
+      // Each lane counts at most 2^31 - 1 non-finite values before it is added to the total.
+      const std::uint64_t block = std::uint64_t{lanes} << 30;
+      while (i + lanes <= end) {
+        const std::uint64_t stop = i + std::min(block, (end - i) / lanes * lanes);
+        for (; i < stop; i += lanes) {
+          const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i)), magnitude_bits);
+          const __m256i bad = _mm256_cmpgt_epi32(a, largest_finite);
+          max_bits = _mm256_max_epi32(max_bits, _mm256_andnot_si256(bad, a));
+          bad_count = _mm256_sub_epi32(bad_count, bad);
+        }
+        alignas(32) std::int32_t lane_max[lanes], lane_bad[lanes];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lane_max), max_bits);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lane_bad), bad_count);
+        for (int l = 0; l < lanes; ++l) {
+          m.max_bits = std::max(m.max_bits, static_cast<std::uint32_t>(lane_max[l]));
+          m.non_finite += static_cast<std::uint64_t>(lane_bad[l]);
+        }
+        bad_count = _mm256_setzero_si256();
+      }
+    }
+#endif
+    for (; i < end; ++i) {
+      const std::uint32_t a = gradzip::detail::bit_cast<std::uint32_t>(value_of(data[i])) & 0x7FFFFFFFu;
+      const bool finite = a < gradzip::detail::fixed_point::non_finite_bits;
+      m.max_bits = std::max(m.max_bits, finite ? a : 0u);
+      m.non_finite += finite ? 0u : 1u;
+    }
+    return m;
+  }
+
+  /// The 2 x rows half-rows in parallel, each into its own 64-bit row in scratch, then each
+  /// cell's two halves added and rounded to fp32. Half-rows rather than rows, so that 2 threads
+  /// share the work evenly for any number of rows (FetchSGD's 5 rows as whole rows split 3 + 2).
+  template <class T>
+  void sketch_rows(host& exec, span<const T> x, const gradzip::detail::fixed_point& fp, std::uint8_t* table) const {
+    const std::uint64_t n = x.size(), middle = n / 2;
     const std::size_t units = 2 * static_cast<std::size_t>(rows_);  // unit u: row u / 2, half u % 2
-    auto* halves = reinterpret_cast<float*>(exec.scratch(units * columns_ * sizeof(float)));
+    auto* halves = reinterpret_cast<std::int64_t*>(exec.scratch(units * columns_ * sizeof(std::int64_t)));
     const int threads = std::max(1, std::min(exec.threads(), static_cast<int>(units)));
     gradzip::detail::for_each_chunk(exec, static_cast<std::size_t>(threads), [&](std::size_t t) {
       for (std::size_t u = t; u < units; u += static_cast<std::size_t>(threads)) {
-        float* cells = halves + u * columns_;
-        std::fill(cells, cells + columns_, 0.0f);
+        std::int64_t* cells = halves + u * columns_;
+        std::fill(cells, cells + columns_, std::int64_t{0});
         const multiply_shift f = row_hash(seed_, static_cast<std::uint32_t>(u / 2));
         const std::uint64_t begin = u % 2 == 0 ? 0 : middle, end = u % 2 == 0 ? middle : n;
-        for_each_high_half(begin, end, [&](std::uint64_t b, std::uint64_t e) { add_range(x.data(), f, b, e, cells); });
+        for_each_high_half(begin, end, [&](std::uint64_t b, std::uint64_t e) { add_range(x.data(), f, fp, b, e, cells); });
       }
     });
     const std::uint64_t cells = static_cast<std::uint64_t>(rows_) * columns_;
@@ -342,9 +429,20 @@ class count_sketch {
       const auto r = gradzip::detail::chunk_of(cells, chunks, c);
       for (std::uint64_t j = r.begin; j < r.end; ++j) {
         const std::uint64_t row = j / columns_, column = j % columns_;
-        store_cell(table, j, halves[2 * row * columns_ + column] + halves[(2 * row + 1) * columns_ + column]);
+        store_cell(table, j, fp.to_float(halves[2 * row * columns_ + column] + halves[(2 * row + 1) * columns_ + column]));
       }
     });
+  }
+
+  /// Every cell that a non-finite element maps to becomes poisoned_cell (rare: one more pass).
+  template <class T>
+  void poison_cells(span<const T> x, std::uint8_t* table) const {
+    const float nan = gradzip::detail::bit_cast<float>(poisoned_cell);
+    for (std::uint32_t row = 0; row < rows_; ++row) {
+      for (std::uint64_t i = 0; i < x.size(); ++i) {
+        if (!gradzip::is_finite(value_of(x[i]))) store_cell(table, cell_of(row, i), nan);
+      }
+    }
   }
 
   /// Elements hashed (and estimated) together.
@@ -361,29 +459,55 @@ class count_sketch {
     }
   }
 
-  /// cells[h(i)] += s(i) x_i for i in [begin, end) of one row, in increasing i (hashed eight
-  /// indices per step under AVX2: the same buckets and signs).
+#if defined(__AVX2__)
+  /// value_of of eight elements, in registers (a copy through a stack array costs a failed
+  /// store-to-load forwarding per step: two 16-byte stores read back as one 32-byte load).
   template <class T>
-  void add_range(const T* data, const multiply_shift& f, std::uint64_t begin, std::uint64_t end, float* cells) const {
+  static __m256 load_8(const T* data) {
+    if constexpr (std::is_same_v<T, float>) {
+      return _mm256_loadu_ps(data);
+    } else {
+      return _mm256_setr_ps(value_of(data[0]), value_of(data[1]), value_of(data[2]), value_of(data[3]),
+                            value_of(data[4]), value_of(data[5]), value_of(data[6]), value_of(data[7]));
+    }
+  }
+#endif
+
+  /// cells[h(i)] += s(i) q_i for i in [begin, end) of one row (hashed and converted eight
+  /// indices per step under AVX2: the same buckets, signs and fixed points). A non-finite value
+  /// adds 0 here; poison_cells marks its cells.
+  template <class T>
+  void add_range(const T* data, const multiply_shift& f, const gradzip::detail::fixed_point& fp, std::uint64_t begin,
+                 std::uint64_t end, std::int64_t* cells) const {
     std::uint64_t i = begin;
 #if defined(__AVX2__)
     const gradzip::detail::multiply_shift_avx2 hasher(f, begin >> 32, columns_);
     __m256i low = hasher.lanes_from(static_cast<std::uint32_t>(begin));
     alignas(32) std::uint32_t hashes[lanes], buckets[lanes];
-    alignas(32) float signed_values[lanes];
-    const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-    for (; i + lanes <= end; i += lanes) {
+    alignas(32) std::int32_t fixed[lanes];
+    // 1 / unit as a float when it is one (largest magnitude >= 2^-97 at 30 bits): v / unit is
+    // then exact in float too (at most 2^31 - 2^7, or below 2^-126 where q is 0 either way), and
+    // vcvtps2dq rounds it half to even like the scalar path. Otherwise the scalar path runs.
+    const bool float_scale = fp.unit_exponent >= -127;
+    const __m256 inverse_unit = _mm256_set1_ps(float_scale ? static_cast<float>(fp.inverse_unit()) : 0.0f);
+    const __m256i magnitude_bits = _mm256_set1_epi32(0x7FFFFFFF);
+    const __m256i largest_finite = _mm256_set1_epi32(static_cast<int>(gradzip::detail::fixed_point::non_finite_bits) - 1);
+    for (; float_scale && i + lanes <= end; i += lanes) {
       low = hasher.hash_8(low, hashes, buckets);
-      for (int l = 0; l < lanes; ++l) signed_values[l] = static_cast<float>(to_float(data[i + l]));
-      // apply_sign on all eight at once: a vector xor of the hashes' top bits
-      const __m256i sign = _mm256_and_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(hashes)), sign_bit);
-      _mm256_store_ps(signed_values, _mm256_xor_ps(_mm256_load_ps(signed_values), _mm256_castsi256_ps(sign)));
-      for (int l = 0; l < lanes; ++l) cells[buckets[l]] += signed_values[l];
+      // Zero the non-finite lanes, q = round_half_even(v / unit), then the hash's sign:
+      // (q ^ s) - s with s = 0 or -1.
+      const __m256 v = load_8(data + i);
+      const __m256i bad = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), magnitude_bits), largest_finite);
+      const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_andnot_ps(_mm256_castsi256_ps(bad), v), inverse_unit));
+      const __m256i s = _mm256_srai_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(hashes)), 31);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(fixed), _mm256_sub_epi32(_mm256_xor_si256(q, s), s));
+      for (int l = 0; l < lanes; ++l) cells[buckets[l]] += fixed[l];
     }
 #endif
     for (; i < end; ++i) {
       const std::uint32_t h = f(i);
-      cells[bucket_of(h, columns_)] += apply_sign(static_cast<float>(to_float(data[i])), h);
+      const float v = value_of(data[i]);
+      if (gradzip::is_finite(v)) cells[bucket_of(h, columns_)] += signed_fixed(fp, v, h);
     }
   }
 

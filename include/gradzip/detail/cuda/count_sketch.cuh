@@ -1,19 +1,17 @@
-// count_sketch_backend<cuda>: a deterministic Count Sketch on the GPU, with no float atomics.
+// count_sketch_backend<cuda>: the Count Sketch on the GPU, exact and order-free.
 //
-// The format sums each column over each half of the elements in increasing element order, then
-// adds the two (`count_sketch::half_point`, the host's loops). Per row, one pass writes every
-// element's (2 column + half, signed value); a stable radix sort by that key (CUB's LSD sort
-// keeps equal keys in input order, that is in element order); then one thread per column adds
-// its two runs of sorted values from 0.0f, in order, and the two sums: the host's float
-// operations exactly, so the bytes are the host's. Cost per row: the input read once, the sort
-// (about three passes over 8 n bytes for up to 2^23 columns) and a read of the sorted values;
-// scratch 16 bytes per element plus CUB's. The alternative the issue mentions, a bucket ->
-// elements layout computed once and reused every step, would skip the sort at the price of
-// 4 n bytes per row kept alive.
+// Cells are fixed-point sums (detail/fixed_point.hpp, count_sketch.hpp): integers add in any
+// order, so one pass of 64-bit integer atomics gives the host's cells whatever the schedule.
+// Per sketch: a magnitude pass (the largest finite |value|, one atomicMax per block), one pass
+// that adds each element's fixed point into its cell of every row (one atomic per row, none
+// for a zero; a non-finite element sets its cells' poison bits instead), and one pass over the
+// cells that rounds them to fp32 into the payload. The input is read twice whatever the row
+// count; scratch is 8 bytes per cell plus a bit per cell. docs/performance.md has the model.
 #pragma once
 
-#include <cub/device/device_radix_sort.cuh>
+#include <cub/block/block_reduce.cuh>
 
+#include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/sketch/count_sketch.hpp"
 
 namespace gradzip::detail {
@@ -21,6 +19,7 @@ namespace gradzip::detail {
 namespace count_sketch_device {
 
 using cs = sketch::count_sketch;
+using gradzip::detail::fixed_point;
 
 template <class = void>
 __global__ __launch_bounds__(1)
@@ -29,50 +28,94 @@ void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::
   cs::write_frame(base, n, rows, columns, seed);
 }
 
+/// max(a, b) for cub::BlockReduce.
+struct max_op {
+  __device__ std::uint32_t operator()(std::uint32_t a, std::uint32_t b) const { return a > b ? a : b; }
+};
+
+/// Runs of 8 consecutive elements, one per lane and step: the run's first element and how many
+/// of its 8 exist.
+struct run_of_8 {
+  std::uint64_t first;
+  unsigned valid;
+};
+__device__ inline run_of_8 run_at(std::uint64_t run, std::uint64_t n) {
+  const std::uint64_t first = 8 * run;
+  return {first, static_cast<unsigned>(n - first < 8 ? n - first : 8)};
+}
+
+/// *max_bits <- max(*max_bits, the largest finite |value|'s bits in x): one atomic per block.
 template <class T>
 __global__ __launch_bounds__(block_threads)
-void column_and_value_kernel(const T* x, std::uint64_t n, multiply_shift f, std::uint64_t columns,
-                             std::uint32_t* key, float* value) {
-  const std::uint64_t middle = cs::half_point(n);
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::uint32_t h = f(i);
-    key[i] = static_cast<std::uint32_t>(2 * cs::bucket_of(h, columns) + (i >= middle ? 1 : 0));
-    value[i] = cs::apply_sign(static_cast<float>(to_float(x[i])), h);
-  }
-}
-
-/// First position in sorted[0, n) whose key is >= c.
-__device__ inline std::uint64_t lower_bound(const std::uint32_t* sorted, std::uint64_t n, std::uint64_t c) {
-  std::uint64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::uint64_t mid = lo + (hi - lo) / 2;
-    if (sorted[mid] < c) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+void magnitude_kernel(const T* x, std::uint64_t n, std::uint32_t* max_bits) {
+  using reduce = cub::BlockReduce<std::uint32_t, block_threads>;
+  __shared__ typename reduce::TempStorage storage;
+  std::uint32_t largest = 0;
+  const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs; run += stride) {
+    const run_of_8 r = run_at(run, n);
+    float v[8];
+    load_floats(x, r.first, r.valid, v);  // 0 past the end: no effect on the max
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const std::uint32_t a = fixed_point::finite_magnitude(v[i]);
+      largest = a > largest ? a : largest;
     }
   }
-  return lo;
+  const std::uint32_t block_largest = reduce(storage).Reduce(largest, max_op{});
+  if (threadIdx.x == 0 && block_largest != 0) atomicMax(max_bits, block_largest);
 }
 
-/// The sum from 0.0f, in order, of the sorted values whose key is `key`.
-__device__ inline float run_sum(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
-                                std::uint64_t key) {
-  const std::uint64_t end = lower_bound(sorted_key, n, key + 1);
-  float sum = 0.0f;
-  for (std::uint64_t j = lower_bound(sorted_key, n, key); j < end; ++j) sum += sorted_value[j];
-  return sum;
+/// cells[r][h_r(i)] += s_r(i) q_i for every row r and element i (64-bit two's complement in
+/// unsigned atomics); a non-finite element sets its cells' bits in `poison` instead.
+template <class T>
+__global__ __launch_bounds__(block_threads)
+void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bits, std::uint64_t seed,
+                       std::uint32_t rows, std::uint64_t columns, unsigned long long* cells, std::uint32_t* poison) {
+  __shared__ std::uint64_t words[3 * cs::max_rows];  // row r's multiply_shift (a0, a1, b)
+  if (threadIdx.x < rows) {
+    const multiply_shift f = cs::row_hash(seed, threadIdx.x);
+    words[3 * threadIdx.x] = f.a0;
+    words[3 * threadIdx.x + 1] = f.a1;
+    words[3 * threadIdx.x + 2] = f.b;
+  }
+  __syncthreads();
+  const fixed_point fp = fixed_point::for_values(*max_bits, n);
+  const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs; run += stride) {
+    const run_of_8 e = run_at(run, n);
+    float v[8];
+    load_floats(x, e.first, e.valid, v);
+    for (unsigned k = 0; k < e.valid; ++k) {
+      const bool finite = gradzip::is_finite(v[k]);
+      const std::int32_t q = finite ? fp.to_fixed(v[k]) : 0;
+      if (finite && q == 0) continue;  // adds nothing
+      const std::uint64_t i = e.first + k;
+      for (std::uint32_t r = 0; r < rows; ++r) {
+        const multiply_shift f{words[3 * r], words[3 * r + 1], words[3 * r + 2]};
+        const std::uint32_t h = f(i);
+        const std::uint64_t cell = r * columns + cs::bucket_of(h, columns);
+        if (finite) {
+          atomicAdd(cells + cell, static_cast<unsigned long long>((h >> 31) != 0 ? -std::int64_t{q} : std::int64_t{q}));
+        } else {
+          atomicOr(poison + cell / 32, 1u << (cell % 32));
+        }
+      }
+    }
+  }
 }
 
+/// The payload's fp32 table from the integer cells: each rounded once, poisoned ones NaN.
 template <class = void>
 __global__ __launch_bounds__(block_threads)
-void column_sums_kernel(const std::uint32_t* sorted_key, const float* sorted_value, std::uint64_t n,
-                        std::uint64_t columns, float* row) {
+void round_cells_kernel(const unsigned long long* cells, const std::uint32_t* poison, const std::uint32_t* max_bits,
+                        std::uint64_t n, std::uint64_t count, float* table) {
+  const fixed_point fp = fixed_point::for_values(*max_bits, n);
+  const std::uint32_t nan_bits = cs::poisoned_cell;  // a copy: device code cannot bind the member
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += stride) {
-    const float first = run_sum(sorted_key, sorted_value, n, 2 * c);
-    row[c] = first + run_sum(sorted_key, sorted_value, n, 2 * c + 1);
+  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count; j += stride) {
+    const bool poisoned = ((poison[j / 32] >> (j % 32)) & 1u) != 0;
+    table[j] = poisoned ? bit_cast<float>(nan_bits) : fp.to_float(static_cast<std::int64_t>(cells[j]));
   }
 }
 
@@ -181,30 +224,23 @@ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std:
 template <>
 struct count_sketch_backend<cuda> {
 
+  /// Scratch: the 64-bit cells, the poison bits, then the magnitude word; zeroed together.
   struct scratch_layout {
-    std::size_t key, sorted_key, value, sorted_value, sort_temp, sort_temp_bytes, total;
+    std::size_t cells, poison, max_bits, total;
   };
-  static scratch_layout layout_for(const sketch::count_sketch& s, cuda& exec, std::uint64_t n) {
-    std::size_t temp = 0;
-    GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<const std::uint32_t*>(nullptr),
-                                                     static_cast<std::uint32_t*>(nullptr), static_cast<const float*>(nullptr),
-                                                     static_cast<float*>(nullptr), n, 0, radix_bits(2 * s.columns()),
-                                                     exec.stream()));
+  static scratch_layout layout_for(const sketch::count_sketch& s) {
+    const std::uint64_t count = static_cast<std::uint64_t>(s.rows()) * s.columns();
     scratch_layout l{};
-    const std::size_t words = scratch_aligned(n * 4);
-    l.key = 0;
-    l.sorted_key = words;
-    l.value = 2 * words;
-    l.sorted_value = 3 * words;
-    l.sort_temp = 4 * words;
-    l.sort_temp_bytes = temp;
-    l.total = l.sort_temp + scratch_aligned(temp);
+    l.cells = 0;
+    l.poison = scratch_aligned(count * sizeof(unsigned long long));
+    l.max_bits = l.poison + scratch_aligned((count + 31) / 32 * sizeof(std::uint32_t));
+    l.total = l.max_bits + scratch_aligned(sizeof(std::uint32_t));
     return l;
   }
 
   template <class T>
-  static std::size_t workspace_bytes(const sketch::count_sketch& s, cuda& exec, std::size_t n) {
-    return layout_for(s, exec, n).total;
+  static std::size_t workspace_bytes(const sketch::count_sketch& s, cuda&, std::size_t) {
+    return layout_for(s).total;
   }
 
   template <class T>
@@ -213,27 +249,25 @@ struct count_sketch_backend<cuda> {
     GRADZIP_EXPECTS(out.size() >= l.total_bytes(), "count_sketch::compress: output holds ", out.size(),
                     " bytes, the sketch needs ", l.total_bytes());
     require_aligned(out.data(), "count_sketch::compress");
+    sketch::count_sketch::expect_sketch_size(x.size());
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
-    const std::uint64_t n = x.size();
+    const std::uint64_t n = x.size(), count = static_cast<std::uint64_t>(s.rows()) * s.columns();
     launch(count_sketch_device::frame_kernel<>, 1, 1, 0, exec.stream(), base, n, s.rows(), s.columns(), s.seed());
-    const scratch_layout sl = layout_for(s, exec, n);
+    const scratch_layout sl = layout_for(s);
     std::byte* scratch = exec.scratch(sl.total);
-    auto* key = reinterpret_cast<std::uint32_t*>(scratch + sl.key);
-    auto* sorted_key = reinterpret_cast<std::uint32_t*>(scratch + sl.sorted_key);
-    auto* value = reinterpret_cast<float*>(scratch + sl.value);
-    auto* sorted_value = reinterpret_cast<float*>(scratch + sl.sorted_value);
-    auto* table = reinterpret_cast<float*>(base + l.at(1).offset);
-    for (std::uint32_t r = 0; r < s.rows(); ++r) {
-      if (n > 0) {
-        launch(count_sketch_device::column_and_value_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), x.data(),
-               n, sketch::count_sketch::row_hash(s.seed(), r), s.columns(), key, value);
-        std::size_t temp = sl.sort_temp_bytes;
-        GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + sl.sort_temp, temp, key, sorted_key, value,
-                                                         sorted_value, n, 0, radix_bits(2 * s.columns()), exec.stream()));
-      }
-      launch(count_sketch_device::column_sums_kernel<>, grid_for(exec, s.columns()), block_threads, 0, exec.stream(),
-             sorted_key, sorted_value, n, s.columns(), table + static_cast<std::uint64_t>(r) * s.columns());
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch, 0, sl.total, exec.stream()));
+    auto* cells = reinterpret_cast<unsigned long long*>(scratch + sl.cells);
+    auto* poison = reinterpret_cast<std::uint32_t*>(scratch + sl.poison);
+    auto* max_bits = reinterpret_cast<std::uint32_t*>(scratch + sl.max_bits);
+    if (n > 0) {
+      launch(count_sketch_device::magnitude_kernel<T>, grid_for(exec, (n + 7) / 8), block_threads, 0, exec.stream(), x.data(), n,
+             max_bits);
+      launch(count_sketch_device::accumulate_kernel<T>, grid_for(exec, (n + 7) / 8), block_threads, 0, exec.stream(), x.data(), n,
+             static_cast<const std::uint32_t*>(max_bits), s.seed(), s.rows(), s.columns(), cells, poison);
     }
+    launch(count_sketch_device::round_cells_kernel<>, grid_for(exec, count), block_threads, 0, exec.stream(),
+           static_cast<const unsigned long long*>(cells), static_cast<const std::uint32_t*>(poison),
+           static_cast<const std::uint32_t*>(max_bits), n, count, reinterpret_cast<float*>(base + l.at(1).offset));
     return l.total_bytes();
   }
 

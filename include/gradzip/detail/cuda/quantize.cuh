@@ -8,6 +8,7 @@
 
 #include <type_traits>
 
+#include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/quantize/bit_packing.hpp"
 
 namespace gradzip::detail {
@@ -30,11 +31,11 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
                            first >> 3);  // both below 2^32: check_context
       }
     }
-    // The eight loads first, so that they are in flight together; lanes past the end read none.
+    // The eight values first, by 16-byte loads where the run is whole and aligned (so that they
+    // are in flight together); lanes past the end read none.
     const unsigned valid = first < end ? static_cast<unsigned>(end - first < 8 ? end - first : 8) : 0u;
     float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = static_cast<unsigned>(i) < valid ? static_cast<float>(to_float(x[first + i])) : 0.0f;
+    load_floats(x, first, valid, v);
     unsigned plane[Values::bits] = {};  // bit i of plane[b]: bit b of element first + i's code
 #pragma unroll
     for (int i = 0; i < 8; ++i) {

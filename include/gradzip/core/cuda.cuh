@@ -212,6 +212,14 @@ inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = blo
   return grid_for_units(exec, (n + block - 1) / block, blocks_per_sm);
 }
 
+/// Blocks for a grid-stride loop of a `launch_policy` over n items: items_per_thread per thread
+/// and step, at most blocks_per_sm blocks per SM.
+template <class Policy>
+unsigned grid_for_policy(const cuda& exec, std::uint64_t n) {
+  const std::uint64_t per_block = static_cast<std::uint64_t>(Policy::threads) * Policy::items_per_thread;
+  return grid_for_units(exec, (n + per_block - 1) / per_block, Policy::blocks_per_sm);
+}
+
 /// Bytes of CUB storage an exclusive sum of `items` u64 needs (plus up to 256 for alignment).
 inline std::size_t exclusive_sum_bytes(cuda& exec, std::uint64_t items) {
   std::size_t bytes = 0;

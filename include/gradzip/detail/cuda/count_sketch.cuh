@@ -21,6 +21,11 @@ namespace count_sketch_device {
 using cs = sketch::count_sketch;
 using gradzip::detail::fixed_point;
 
+/// The passes over x: a run of 8 consecutive elements per thread and step (load_floats).
+using input_policy = launch_policy<256, 8, 8>;
+/// The passes over the cells (rounding, merge) and over the estimates: one per thread and step.
+using cell_policy = launch_policy<256, 1, 8>;
+
 template <class = void>
 __global__ __launch_bounds__(1)
 void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
@@ -39,6 +44,7 @@ struct run_of_8 {
   std::uint64_t first;
   unsigned valid;
 };
+static_assert(input_policy::items_per_thread == 8, "the input passes take runs of 8 (load_floats)");
 __device__ inline run_of_8 run_at(std::uint64_t run, std::uint64_t n) {
   const std::uint64_t first = 8 * run;
   return {first, static_cast<unsigned>(n - first < 8 ? n - first : 8)};
@@ -46,9 +52,9 @@ __device__ inline run_of_8 run_at(std::uint64_t run, std::uint64_t n) {
 
 /// *max_bits <- max(*max_bits, the largest finite |value|'s bits in x): one atomic per block.
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(input_policy::threads)
 void magnitude_kernel(const T* x, std::uint64_t n, std::uint32_t* max_bits) {
-  using reduce = cub::BlockReduce<std::uint32_t, block_threads>;
+  using reduce = cub::BlockReduce<std::uint32_t, input_policy::threads>;
   __shared__ typename reduce::TempStorage storage;
   std::uint32_t largest = 0;
   const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -69,7 +75,7 @@ void magnitude_kernel(const T* x, std::uint64_t n, std::uint32_t* max_bits) {
 /// cells[r][h_r(i)] += s_r(i) q_i for every row r and element i (64-bit two's complement in
 /// unsigned atomics); a non-finite element sets its cells' bits in `poison` instead.
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(input_policy::threads)
 void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bits, std::uint64_t seed,
                        std::uint32_t rows, std::uint64_t columns, unsigned long long* cells, std::uint32_t* poison) {
   __shared__ std::uint64_t words[3 * cs::max_rows];  // row r's multiply_shift (a0, a1, b)
@@ -107,7 +113,7 @@ void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bit
 
 /// The payload's fp32 table from the integer cells: each rounded once, poisoned ones NaN.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(cell_policy::threads)
 void round_cells_kernel(const unsigned long long* cells, const std::uint32_t* poison, const std::uint32_t* max_bits,
                         std::uint64_t n, std::uint64_t count, float* table) {
   const fixed_point fp = fixed_point::for_values(*max_bits, n);
@@ -182,7 +188,7 @@ void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, con
 
 /// into's table += other's, cell by cell (after validate_pair_kernel; nothing on a failure).
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(cell_policy::threads)
 void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
                   std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
                   const wire::status* st) {
@@ -199,7 +205,7 @@ void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(cell_policy::threads)
 void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t rows,
                      std::uint64_t columns, std::uint64_t seed, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation (or an earlier decode) failed: change nothing
@@ -223,6 +229,8 @@ void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std:
 
 template <>
 struct count_sketch_backend<cuda> {
+  using input = count_sketch_device::input_policy;
+  using cells_policy = count_sketch_device::cell_policy;
 
   /// Scratch: the 64-bit cells, the poison bits, then the magnitude word; zeroed together.
   struct scratch_layout {
@@ -260,12 +268,12 @@ struct count_sketch_backend<cuda> {
     auto* poison = reinterpret_cast<std::uint32_t*>(scratch + sl.poison);
     auto* max_bits = reinterpret_cast<std::uint32_t*>(scratch + sl.max_bits);
     if (n > 0) {
-      launch(count_sketch_device::magnitude_kernel<T>, grid_for(exec, (n + 7) / 8), block_threads, 0, exec.stream(), x.data(), n,
+      launch(count_sketch_device::magnitude_kernel<T>, grid_for_policy<input>(exec, n), input::threads, 0, exec.stream(), x.data(), n,
              max_bits);
-      launch(count_sketch_device::accumulate_kernel<T>, grid_for(exec, (n + 7) / 8), block_threads, 0, exec.stream(), x.data(), n,
+      launch(count_sketch_device::accumulate_kernel<T>, grid_for_policy<input>(exec, n), input::threads, 0, exec.stream(), x.data(), n,
              static_cast<const std::uint32_t*>(max_bits), s.seed(), s.rows(), s.columns(), cells, poison);
     }
-    launch(count_sketch_device::round_cells_kernel<>, grid_for(exec, count), block_threads, 0, exec.stream(),
+    launch(count_sketch_device::round_cells_kernel<>, grid_for_policy<cells_policy>(exec, count), cells_policy::threads, 0, exec.stream(),
            static_cast<const unsigned long long*>(cells), static_cast<const std::uint32_t*>(poison),
            static_cast<const std::uint32_t*>(max_bits), n, count, reinterpret_cast<float*>(base + l.at(1).offset));
     return l.total_bytes();
@@ -279,7 +287,7 @@ struct count_sketch_backend<cuda> {
     launch(count_sketch_device::validate_pair_kernel<>, 1, 32, 0, exec.stream(), a, into.size(), b, other.size(),
            s.rows(), s.columns(), s.seed(), exec.status_word());
     const std::uint64_t cells = static_cast<std::uint64_t>(s.rows()) * s.columns();
-    launch(count_sketch_device::merge_kernel<>, grid_for(exec, cells), block_threads, 0, exec.stream(), a, into.size(), b,
+    launch(count_sketch_device::merge_kernel<>, grid_for_policy<cells_policy>(exec, cells), cells_policy::threads, 0, exec.stream(), a, into.size(), b,
            other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
   }
 
@@ -303,7 +311,7 @@ struct count_sketch_backend<cuda> {
     launch(count_sketch_device::validate_kernel<>, 1, 32, 0, exec.stream(),
            reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
            s.seed(), exec.status_word());
-    launch(count_sketch_device::estimate_kernel<T>, grid_for(exec, estimates.size()), block_threads, 0, exec.stream(),
+    launch(count_sketch_device::estimate_kernel<T>, grid_for_policy<cells_policy>(exec, estimates.size()), cells_policy::threads, 0, exec.stream(),
            reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.data(), estimates.size(),
            s.rows(), s.columns(), s.seed(), exec.status_word());
   }

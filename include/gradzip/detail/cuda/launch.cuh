@@ -18,6 +18,17 @@ namespace gradzip::detail {
 /// Threads per block of gradzip's grid-stride kernels; their `__launch_bounds__`.
 inline constexpr unsigned block_threads = 256;
 
+/// A kernel family's launch parameters in one place, like CUB's `Policy` structs: the family's
+/// launches (`grid_for_policy`, core/cuda.cuh) and its kernels' `__launch_bounds__` read them,
+/// so retuning is one line. Families not yet moved to a policy use `block_threads`.
+template <unsigned Threads, unsigned ItemsPerThread, unsigned BlocksPerSm>
+struct launch_policy {
+  static constexpr unsigned threads = Threads;                  ///< per block
+  static constexpr unsigned items_per_thread = ItemsPerThread;  ///< per thread and loop step
+  static constexpr unsigned blocks_per_sm = BlocksPerSm;        ///< the grid's cap, per SM
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "launch_policy: whole warps, at most 1024 threads");
+};
+
 /// The largest grid.x a CUDA device accepts (every architecture gradzip supports).
 inline constexpr std::uint64_t max_grid_blocks = 0x7FFFFFFFu;
 

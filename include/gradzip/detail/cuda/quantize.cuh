@@ -13,8 +13,13 @@
 
 namespace gradzip::detail {
 
+/// The bucketed encode's launch: 256 threads (8 warps, a bucket per warp and step), a run of 8
+/// values per lane (`encode_blocked`: one Philox block, `load_floats`), up to 16 blocks per SM.
+using encode_policy = launch_policy<256, 8, 16>;
+static_assert(encode_policy::items_per_thread == 8, "encode_blocked: one Philox block (8 half-words) per run");
+
 /// Codes of a dense bucket's values [begin, end), 256 at a time: lane l encodes the eight
-/// consecutive elements s + 8l .. s + 8l + 7 (eight independent loads in flight), drawing their
+/// consecutive elements s + 8l .. s + 8l + 7 (loaded by `load_floats`), drawing their
 /// random bits from one Philox block (their counter is (s + 8l) / 8: begin is a multiple of the
 /// bucket, hence of 8). Bit plane b of the group of 32 codes at s + 32q is then lanes 4q .. 4q + 3's
 /// bytes of plane b, gathered by three shuffles. The same codes and words as `encode_strided`.
@@ -22,8 +27,9 @@ template <class Values, class T>
 __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t begin, std::uint64_t end,
                                const typename Values::record& record, std::uint32_t* codes,
                                quantize::compress_context ctx, unsigned lane) {
-  for (std::uint64_t s = begin; s < end; s += 256) {  // warp-uniform: every lane iterates alike
-    const std::uint64_t first = s + 8 * lane;
+  constexpr unsigned run = encode_policy::items_per_thread;
+  for (std::uint64_t s = begin; s < end; s += 32 * run) {  // warp-uniform: every lane iterates alike
+    const std::uint64_t first = s + run * lane;
     philox_words block{};
     if constexpr (Values::stochastic) {
       if (first < end) {
@@ -76,7 +82,7 @@ __device__ void encode_strided(const Values& values, const T* x, std::uint64_t b
 }
 
 template <class Values, class T, class IndexOf>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(encode_policy::threads)
 void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
                            std::uint8_t* scales, std::uint32_t* codes, IndexOf index_of,
                            quantize::compress_context ctx) {
@@ -114,8 +120,9 @@ struct values_backend<cuda> {
                              quantize::compress_context ctx) {
     if (count == 0) return;
     const std::uint64_t buckets = Values::bucket_count(count);
-    const unsigned blocks = grid_for(exec, buckets * 32, block_threads, 16);  // a warp per bucket
-    launch(encode_buckets_kernel<Values, T, IndexOf>, blocks, block_threads, 0, exec.stream(), values, x, count,
+    // A warp per bucket: buckets x 32 threads, each taking a run of items_per_thread per step.
+    const unsigned blocks = grid_for_policy<encode_policy>(exec, buckets * 32 * encode_policy::items_per_thread);
+    launch(encode_buckets_kernel<Values, T, IndexOf>, blocks, encode_policy::threads, 0, exec.stream(), values, x, count,
            scales, reinterpret_cast<std::uint32_t*>(codes), index_of, ctx);
   }
 };

@@ -429,6 +429,8 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, dense_fp16{}, dev);
     check_parity(g, dense_bf16{}, dev);
     check_parity(g, dense_raw{}, dev);
+    check_parity(converted<double>(g), dense_raw{}, dev);
+    check_parity(converted<__half>(g), dense_bf16{}, dev);
     check_parity(g, topk_fp16{gz::sparsify::topk::ratio(0.01)}, dev);
     check_parity(converted<__nv_bfloat16>(g), dense_fp16{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{}, dev);
@@ -534,6 +536,9 @@ TEST_CASE("cuda 16-byte loads and their scalar fallback give the host's bytes (u
     unaligned(gz::codec<gz::sparsify::none, s2, gz::encode::none>{{}, s2{3}}, g);
     unaligned(gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, converted<__half>(g));
     unaligned(gz::codec<gz::sparsify::none, q4, gz::encode::none>{}, converted<double>(g));
+    unaligned(gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, g);
+    unaligned(gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{}, converted<__nv_bfloat16>(g));
+    unaligned(gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>{}, converted<double>(g));
     check_sketch_parity(gz::sketch::count_sketch{3, 97, 4}, g, dev, 1);
   }
 }

@@ -16,6 +16,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/detail/topk_scan.hpp"
 
 namespace gradzip::detail {
@@ -225,13 +226,24 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
                                                   topk_scan_op<T>{}, n, stream));
 }
 
+/// The dense emit's launch: a run of 8 consecutive elements per thread and step (`load_run`).
+using dense_emit_policy = launch_policy<256, 8, 8>;
+
 template <class T, class Sink>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(dense_emit_policy::threads)
 void dense_emit_kernel(const T* x, std::uint64_t n, Sink sink) {
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    sink(i, i, x[i]);
+  static_assert(dense_emit_policy::items_per_thread == 8, "dense_emit_kernel: runs of 8 (load_run)");
+  const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs;
+       run += stride) {
+    const std::uint64_t first = 8 * run;
+    const unsigned valid = static_cast<unsigned>(n - first < 8 ? n - first : 8);
+    T v[8];
+    load_run(x, first, valid, v);
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      if (k < valid) sink(first + k, first + k, v[k]);
+    }
   }
 }
 
@@ -243,7 +255,8 @@ struct structure_backend<cuda, sparsify::none> {
   static void select(cuda& exec, const sparsify::none&, span<const T> x, std::uint64_t,
                      const Sink& sink) {
     if (x.empty()) return;
-    launch(dense_emit_kernel<T, Sink>, grid_for(exec, x.size()), block_threads, 0, exec.stream(), x.data(), x.size(), sink);
+    launch(dense_emit_kernel<T, Sink>, grid_for_policy<dense_emit_policy>(exec, x.size()), dense_emit_policy::threads, 0,
+           exec.stream(), x.data(), x.size(), sink);
   }
 };
 

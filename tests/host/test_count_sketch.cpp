@@ -188,7 +188,7 @@ TEST_CASE("count sketch's fixed point: conversions equal long double's, ties to 
       // Magnitudes spread over every bit width, including exact ties after the shift.
       const int width = static_cast<int>(rng() % 63);
       std::int64_t s = static_cast<std::int64_t>(rng() >> (64 - std::max(width, 1)));
-      if (trial % 7 == 0) s = (s | 1) << (rng() % 8);  // trailing zeros: ties and exact values
+      if (trial % 7 == 0) s = ((s >> 8) | 1) << (rng() % 8);  // trailing zeros: ties and exact values
       if (rng() & 1) s = -s;
       const float want = to_float_rounded(std::ldexp(static_cast<long double>(s), unit));
       const float got = fp.to_float(s);

@@ -539,7 +539,116 @@ TEST_CASE("cuda 16-byte loads and their scalar fallback give the host's bytes (u
     unaligned(gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, g);
     unaligned(gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{}, converted<__nv_bfloat16>(g));
     unaligned(gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>{}, converted<double>(g));
+    unaligned(gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.01}}, g);
+    check_parity(g, gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.01}}, dev);  // tiles cut mid-run
+    unaligned(gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::ratio(0.01)}, converted<double>(g));
+    unaligned(gz::codec<gz::hash::hashed_topk>{gz::hash::hashed_topk::ratio(0.01)}, g);
+    unaligned(gz::codec<gz::sparsify::threshold, gz::quantize::uniform<4>>{gz::sparsify::threshold{0.002}}, converted<__half>(g));
     check_sketch_parity(gz::sketch::count_sketch{3, 97, 4}, g, dev, 1);
+  }
+}
+
+namespace {
+
+/// The device decodes `payload` into an output of T that starts `offset` elements into its
+/// allocation (offset 1: not 16-byte aligned, the dense apply's scalar path) exactly as the host
+/// does: decompress_add at alpha 1 and 0.375, and decompress; the element before the span is
+/// left alone.
+template <class T, class Codec>
+void check_decode_modes(const Codec& c, const std::vector<std::byte>& payload, std::size_t n, std::size_t offset,
+                        gz::cuda& dev) {
+  gz::host host;
+  auto start = converted<T>(gradzip_tools::synthetic_gradient<float>(n, 78));
+  if (n > 5) start[5] = gz::from_double<T>(-0.0);
+  std::vector<T> padded(offset + n, gz::from_double<T>(7.0));
+  std::copy(start.begin(), start.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  device_vector<std::byte> dp(payload);
+  const gz::span<const std::byte> on_device(dp.data, payload.size());
+  struct mode {
+    const char* name;
+    bool overwrite;  // decompress
+    float alpha;
+  };
+  for (const mode m : {mode{"decompress_add", false, 1.0f}, mode{"decompress_add", false, 0.375f},
+                       mode{"decompress", true, 1.0f}}) {
+    INFO(m.name << ", alpha " << m.alpha << ", n = " << n << ", output bytes " << sizeof(T) << ", offset " << offset);
+    std::vector<T> expected = start;
+    device_vector<T> dy(padded);
+    const gz::span<T> out(dy.data + offset, n);
+    if (m.overwrite) {
+      c.decompress(host, gz::span<const std::byte>(payload), gz::span<T>(expected));
+      c.decompress(dev, on_device, out);
+    } else {
+      c.decompress_add(host, gz::span<const std::byte>(payload), gz::span<T>(expected), m.alpha);
+      c.decompress_add(dev, on_device, out, m.alpha);
+    }
+    dev.check();
+    const auto got = dy.download();
+    CHECK(std::memcmp(got.data() + offset, expected.data(), n * sizeof(T)) == 0);
+    CHECK(std::memcmp(got.data(), padded.data(), offset * sizeof(T)) == 0);
+  }
+}
+
+/// Every output type and both alignments.
+template <class Codec>
+void check_decode_all_outputs(const Codec& c, const std::vector<std::byte>& payload, std::size_t n, gz::cuda& dev) {
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    check_decode_modes<float>(c, payload, n, offset, dev);
+    check_decode_modes<double>(c, payload, n, offset, dev);
+    check_decode_modes<__half>(c, payload, n, offset, dev);
+    check_decode_modes<__nv_bfloat16>(c, payload, n, offset, dev);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda decode equals the host's for every values stage, output type, alignment and mode", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using dense_raw = gz::codec<gz::sparsify::none, gz::quantize::none, gz::encode::none>;
+  using s2 = gz::quantize::uniform<2, gz::quantize::rounding::stochastic>;
+  using q8 = gz::quantize::uniform<8, gz::quantize::rounding::nearest, 128>;
+  // Sizes that end inside a run of 8, inside a group of 32, and on a whole run.
+  for (std::size_t n : {std::size_t{13}, std::size_t{4099}, std::size_t{4096}}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 79);
+    g[3] = -0.0f;
+    g[7] = 1e-41f;  // subnormal
+    if (n > 1000) g[1000] = std::numeric_limits<float>::infinity();  // a poisoned bucket
+    const auto all_outputs = [&](const auto& c, const auto& x) {
+      check_decode_all_outputs(c, test::compress(c, host, x), n, dev);
+    };
+    const auto float_output = [&](const auto& c) {
+      const auto payload = test::compress(c, host, g);
+      check_decode_modes<float>(c, payload, n, 0, dev);
+      check_decode_modes<float>(c, payload, n, 1, dev);
+    };
+    // Element-wise values of every wire type.
+    all_outputs(dense_raw{}, g);
+    all_outputs(dense_raw{}, converted<double>(g));
+    float_output(dense_raw{});
+    check_decode_modes<double>(dense_raw{}, test::compress(dense_raw{}, host, converted<__half>(g)), n, 1, dev);
+    check_decode_modes<float>(dense_raw{}, test::compress(dense_raw{}, host, converted<__nv_bfloat16>(g)), n, 0, dev);
+    all_outputs(gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, gz::encode::none>{}, g);
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>{});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::cast_fp8_e4m3, gz::encode::none>{});
+    // Bucketed values: the dense apply decodes a run of 8 from the group's planes.
+    all_outputs(gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>{}, g);
+    float_output(gz::codec<gz::sparsify::none, q8, gz::encode::none>{});
+    float_output(gz::codec<gz::sparsify::none, s2, gz::encode::none>{{}, s2{5}});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, gz::encode::none>{{}, gz::quantize::qsgd<7>{9}});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, gz::encode::none>{});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::natural<8>, gz::encode::none>{{}, gz::quantize::natural<8>{12}});
+    float_output(gz::codec<gz::sparsify::none, gz::quantize::terngrad<true>, gz::encode::none>{{}, gz::quantize::terngrad<true>{6}});
+    // Sparse payloads: COO, implicit, bitmap and delta-varint indices.
+    all_outputs(gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.05)}, g);
+    float_output(gz::codec<gz::sparsify::topk, gz::quantize::uniform<4>>{gz::sparsify::topk::ratio(0.05)});
+    all_outputs(gz::codec<gz::sparsify::randomk, gz::quantize::none, gz::encode::none>{gz::sparsify::randomk::ratio(0.05, 3)}, g);
+    float_output(gz::codec<gz::sparsify::randomk, gz::quantize::qsgd<7>, gz::encode::none>{
+        gz::sparsify::randomk::ratio(0.05, 4), gz::quantize::qsgd<7>{2}});
+    all_outputs(gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::bitmap>{gz::sparsify::topk::ratio(0.2)}, g);
+    float_output(gz::codec<gz::sparsify::topk, gz::quantize::cast_fp16, gz::encode::delta_varint>{gz::sparsify::topk::ratio(0.01)});
   }
 }
 
@@ -1099,6 +1208,23 @@ TEST_CASE("cuda decoding reports the host's first failure whatever the thread or
     std::memcpy(p.data() + table + c * gz::encode::delta_varint::entry_bytes, &past, 8);
   }
   check_same_failure(p, n, decode(delta));
+
+  // Dense bucketed codes past max_code (TernGrad: 3 > 2) at positions in several runs, groups
+  // and blocks; the device checks runs of 8 from the plane words, and must report the lowest
+  // (element 4101) as the host does.
+  const gz::codec<gz::sparsify::none, gz::quantize::terngrad<true>, gz::encode::none> tern{{}, gz::quantize::terngrad<true>{3}};
+  p = test::compress(tern, host, x);
+  const auto header = gz::wire::read_header(gz::span<const std::byte>(p));
+  const auto planes = header.sections[header.section_count - 1].offset;
+  for (std::size_t j : {std::size_t{190003}, std::size_t{77777}, std::size_t{4106}, std::size_t{4103}, std::size_t{4101}}) {
+    for (std::size_t b = 0; b < 2; ++b) {  // both bit planes: code 3
+      std::uint32_t w;
+      std::memcpy(&w, p.data() + planes + ((j / 32) * 2 + b) * 4, 4);
+      w |= 1u << (j % 32);
+      std::memcpy(p.data() + planes + ((j / 32) * 2 + b) * 4, &w, 4);
+    }
+  }
+  check_same_failure(p, n, decode(tern));
 
   // SimHash: several blocks whose scale has its sign bit set; the host reports the lowest (block 3).
   const gz::hash::simhash sh{64, 16, 5};

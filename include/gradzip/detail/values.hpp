@@ -32,30 +32,29 @@ GRADZIP_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t b) {
   return bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
+/// Element j of a values section of wire type U, bit for bit: a typed load on the device, where
+/// payloads are 16-byte aligned and sections too (wire::alignment), so that NVPTX does not split
+/// it into byte loads; memcpy on the host, where a payload may sit at any address.
+template <class U>
+GRADZIP_HOST_DEVICE inline U load_word(const std::uint8_t* values, std::uint64_t j) {
+  if (GRADZIP_DEVICE_CODE()) return reinterpret_cast<const U*>(values)[j];
+  U v;
+  std::memcpy(&v, values + j * sizeof(U), sizeof(U));
+  return v;
+}
+
 /// Element j of a values section of wire type `type`, widened to double.
 GRADZIP_HOST_DEVICE inline double load_value(const std::uint8_t* values, element_type type,
                                              std::uint64_t j) {
   switch (type) {
-    case element_type::f32: {
-      float v;
-      std::memcpy(&v, values + j * 4, 4);
-      return v;
-    }
-    case element_type::f64: {
-      double v;
-      std::memcpy(&v, values + j * 8, 8);
-      return v;
-    }
-    case element_type::f16: {
-      std::uint16_t v;
-      std::memcpy(&v, values + j * 2, 2);
-      return half_bits_to_float(v);
-    }
-    case element_type::bf16: {
-      std::uint16_t v;
-      std::memcpy(&v, values + j * 2, 2);
-      return bf16_bits_to_float(v);
-    }
+    case element_type::f32:
+      return load_word<float>(values, j);
+    case element_type::f64:
+      return load_word<double>(values, j);
+    case element_type::f16:
+      return half_bits_to_float(load_word<std::uint16_t>(values, j));
+    case element_type::bf16:
+      return bf16_bits_to_float(load_word<std::uint16_t>(values, j));
   }
   return 0.0;
 }
@@ -63,7 +62,7 @@ GRADZIP_HOST_DEVICE inline double load_value(const std::uint8_t* values, element
 /// Calls f(std::integral_constant<element_type, type>{}), so that loops inside f see the element
 /// type as a constant and switch on it once, not per element.
 template <class F>
-decltype(auto) with_element_type(element_type type, F&& f) {
+GRADZIP_HOST_DEVICE decltype(auto) with_element_type(element_type type, F&& f) {
   switch (type) {
     case element_type::f64: return f(std::integral_constant<element_type, element_type::f64>{});
     case element_type::f16: return f(std::integral_constant<element_type, element_type::f16>{});

@@ -124,8 +124,11 @@ class count_sketch {
   /// s_r(i) q_i: the fixed point of a finite value with the sign of hash h applied.
   GRADZIP_HOST_DEVICE static std::int64_t signed_fixed(const gradzip::detail::fixed_point& fp, float v,
                                                        std::uint32_t h) {
-    const std::int64_t q = fp.to_fixed(v);
-    return (h >> 31) != 0 ? -q : q;
+    return signed_fixed(fp.to_fixed(v), h);
+  }
+  /// The same from q_i itself.
+  GRADZIP_HOST_DEVICE static std::int64_t signed_fixed(std::int32_t q, std::uint32_t h) {
+    return (h >> 31) != 0 ? -std::int64_t{q} : std::int64_t{q};
   }
 
   /// The payload layout for a sketch of n elements (its size does not depend on n).
@@ -397,10 +400,9 @@ class count_sketch {
     }
 #endif
     for (; i < end; ++i) {
-      const std::uint32_t a = gradzip::detail::bit_cast<std::uint32_t>(value_of(data[i])) & 0x7FFFFFFFu;
-      const bool finite = a < gradzip::detail::fixed_point::non_finite_bits;
-      m.max_bits = std::max(m.max_bits, finite ? a : 0u);
-      m.non_finite += finite ? 0u : 1u;
+      const float v = value_of(data[i]);
+      m.max_bits = std::max(m.max_bits, gradzip::detail::fixed_point::finite_magnitude(v));
+      m.non_finite += gradzip::is_finite(v) ? 0u : 1u;
     }
     return m;
   }

@@ -137,6 +137,8 @@ GRADZIP_HOST_DEVICE inline float threshold_value(key_threshold t) {
   std::memcpy(&f, t.key, 4);
   return f;
 }
+/// The threshold read once: passes(x, threshold_operand(t)) == passes(x, t).
+GRADZIP_HOST_DEVICE inline float threshold_operand(key_threshold t) { return threshold_value(t); }
 GRADZIP_HOST_DEVICE inline bool passes(float x, key_threshold t) { return !(fabsf(x) < threshold_value(t)); }
 GRADZIP_HOST_DEVICE inline bool passes(double x, key_threshold t) {
   return !(fabs(x) < static_cast<double>(threshold_value(t)));

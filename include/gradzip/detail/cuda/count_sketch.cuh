@@ -38,17 +38,7 @@ struct max_op {
   __device__ std::uint32_t operator()(std::uint32_t a, std::uint32_t b) const { return a > b ? a : b; }
 };
 
-/// Runs of 8 consecutive elements, one per lane and step: the run's first element and how many
-/// of its 8 exist.
-struct run_of_8 {
-  std::uint64_t first;
-  unsigned valid;
-};
-static_assert(input_policy::items_per_thread == 8, "the input passes take runs of 8 (load_floats)");
-__device__ inline run_of_8 run_at(std::uint64_t run, std::uint64_t n) {
-  const std::uint64_t first = 8 * run;
-  return {first, static_cast<unsigned>(n - first < 8 ? n - first : 8)};
-}
+static_assert(input_policy::items_per_thread == 8, "the input passes take runs of 8 (run_at, load_floats)");
 
 /// *max_bits <- max(*max_bits, the largest finite |value|'s bits in x): one atomic per block.
 template <class T>
@@ -102,7 +92,7 @@ void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bit
         const std::uint32_t h = f(i);
         const std::uint64_t cell = r * columns + cs::bucket_of(h, columns);
         if (finite) {
-          atomicAdd(cells + cell, static_cast<unsigned long long>((h >> 31) != 0 ? -std::int64_t{q} : std::int64_t{q}));
+          atomicAdd(cells + cell, static_cast<unsigned long long>(cs::signed_fixed(q, h)));
         } else {
           atomicOr(poison + cell / 32, 1u << (cell % 32));
         }

@@ -23,10 +23,20 @@ struct hashed_winners {
   std::uint64_t seed;
 };
 
+/// hashed_winners with tau read (threshold_operand): what the selection loops compare against.
+struct hashed_winners_operand {
+  std::uint32_t tau;
+  const unsigned long long* slots;
+  std::uint64_t m;
+  std::uint64_t seed;
+};
+
+__device__ inline hashed_winners_operand threshold_operand(hashed_winners w) { return {*w.tau, w.slots, w.m, w.seed}; }
+
 template <class V>
-__device__ inline bool passes_at(V v, std::uint64_t i, hashed_winners w) {
+__device__ inline bool passes_at(V v, std::uint64_t i, hashed_winners_operand w) {
   const std::uint32_t key = sparsify::detail::magnitude_key(static_cast<float>(v));
-  if (key < *w.tau) return false;
+  if (key < w.tau) return false;
   return w.slots[hash::hashed_topk::slot_of(w.seed, i, w.m)] == hash::hashed_topk::slot_word(key, i);
 }
 

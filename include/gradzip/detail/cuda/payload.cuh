@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/detail/values.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -66,51 +67,41 @@ __device__ bool check_in_block(Check check, wire::status* st) {
   return ok;
 }
 
-/// Thread 0 parses the payload into shared memory; returns false (for the whole block) on error.
-template <class Codec>
-__device__ bool parse_in_block(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                               payload_view& v, wire::status* st, bool report) {
-  return check_in_block(
-      [&] {
-        wire::status s = frame<Codec>::parse(bytes, size, v);
-        if (s.ok() && v.header.element_count != out_size) {
-          s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
-        }
-        return s;
-      },
-      report ? st : nullptr);
-}
+// Decoding parses a payload's frame once, in parse_kernel, into a payload_view in device scratch
+// (`view`); every later kernel of the decode returns at once if the status word holds a failure,
+// and otherwise reads the view. Each kernel copies the view into a local first: stores into the
+// output could alias it for all the compiler knows, which would reload its fields after every
+// store.
 
-/// Shared-memory home of a parsed view (shared variables cannot have constructors).
-__device__ inline payload_view& shared_view() {
-  alignas(payload_view) __shared__ unsigned char storage[sizeof(payload_view)];
-  return *reinterpret_cast<payload_view*>(storage);
-}
+/// The view's place at the start of decoding's scratch (the rest is 256-byte aligned).
+inline constexpr std::size_t view_bytes = (sizeof(payload_view) + 255) / 256 * 256;
 
+/// Validates the frame for an output of out_size elements and writes the view, or records the
+/// failure.
 template <class Codec>
-__global__ __launch_bounds__(block_threads)
-void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                     wire::status* st, unsigned long long* pending) {
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, st, blockIdx.x == 0)) return;
-  if constexpr (!Codec::checks_elements) return;  // nothing beyond the frame to check
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       j < v.count; j += stride) {
-    if (!frame<Codec>::check_index(v, j).ok()) note_failure(pending, j);
+__global__ __launch_bounds__(1)
+void parse_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size, payload_view* view,
+                  wire::status* st) {
+  payload_view v;
+  wire::status s = frame<Codec>::parse(bytes, size, v);
+  if (s.ok() && v.header.element_count != out_size) {
+    s = wire::fail(wire::format_errc::size_mismatch, v.header.element_count, out_size);
   }
+  if (!s.ok()) {
+    record_failure(st, s);
+    return;
+  }
+  *view = v;
 }
+
+/// Whether the decode in flight may go on: no failure recorded, so the view is valid.
+__device__ inline bool decoding_ok(const wire::status* st) { return st->code == wire::format_errc::ok; }
 
 /// validate_kernel's element check, for settle.
 template <class Codec>
 struct element_recheck {
-  const std::uint8_t* bytes;
-  std::uint64_t size;
-  __device__ wire::status operator()(std::uint64_t j) const {
-    payload_view v;
-    frame<Codec>::parse(bytes, size, v);  // it passed in validate_kernel
-    return frame<Codec>::check_index(v, j);
-  }
+  const payload_view* view;
+  __device__ wire::status operator()(std::uint64_t j) const { return frame<Codec>::check_index(*view, j); }
 };
 
 template <class T>
@@ -124,30 +115,151 @@ void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
   }
 }
 
+/// Calls f(type constant) with the payload's wire element type as a compile-time constant, for
+/// element-wise values stages (whose `load` takes it), so that the loop inside f does not switch
+/// per element; bucketed stages do not read it, and get one instantiation.
+template <class Codec, class F>
+__device__ void with_value_type(const payload_view& v, F&& f) {
+  if constexpr (Codec::bucketed) {
+    f(std::integral_constant<element_type, element_type::f32>{});
+  } else {
+    with_element_type(v.header.type, f);
+  }
+}
+
+/// The dense apply's launch: a run of 8 consecutive elements per thread and step, y read and
+/// written by 16-byte accesses (load_run, store_run).
+using dense_apply_policy = launch_policy<256, 8, 8>;
+
+/// Codes first .. first + 7 of a dense bucketed payload: the run lies in one group of 32 codes
+/// (runs start at multiples of 8), so it takes the group's `bits` plane words, not `bits` loads
+/// per code. Codes past the count are zero (the packing fills whole words).
+template <class Values>
+__device__ inline void codes_of_run(const payload_view& v, std::uint64_t first, unsigned (&code)[8]) {
+  const auto* planes = reinterpret_cast<const std::uint32_t*>(v.values) + first / 32 * Values::bits;
+  const unsigned shift = static_cast<unsigned>(first % 32);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) code[k] = 0;
+#pragma unroll
+  for (int b = 0; b < Values::bits; ++b) {
+    const std::uint32_t w = planes[b] >> shift;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) code[k] |= ((w >> k) & 1u) << b;
+  }
+}
+
+/// Values first .. first + 7 of a dense bucketed payload: its codes and one record (the run lies
+/// in one bucket, a multiple of 32): b + 1 loads per 8 elements, not per element.
+template <class Values>
+__device__ inline void decode_bucketed_run(const payload_view& v, std::uint64_t first, float (&value)[8]) {
+  const auto record = Values::load_record(v.scales, first / Values::bucket);
+  unsigned code[8];
+  codes_of_run<Values>(v, first, code);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) value[k] = Values::decode(code[k], record);
+}
+
+/// Whether a codec's element checks run in runs of 8 (dense bucketed payloads: only codes to
+/// check, read from the plane words) rather than one element per thread.
+template <class Codec>
+inline constexpr bool checks_runs = Codec::dense && Codec::bucketed;
+
+/// Notes the lowest failing position of each thread's share: each element's index and code
+/// (Codec::check_index), or for dense bucketed payloads each code of a run of 8.
+template <class Codec>
+__global__ __launch_bounds__(block_threads)
+void validate_kernel(const payload_view* view, const wire::status* st, unsigned long long* pending) {
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t first_thread = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (checks_runs<Codec>) {
+    using Values = typename Codec::values_type;
+    static_assert(dense_apply_policy::threads == block_threads, "validate_kernel: the dense apply's blocks");
+    for (std::uint64_t run = first_thread; run < (v.count + 7) / 8; run += stride) {
+      const run_of_8 r = run_at(run, v.count);
+      unsigned code[8];
+      codes_of_run<Values>(v, r.first, code);
+      for (unsigned k = 0; k < r.valid; ++k) {
+        if (code[k] > Values::max_code) {
+          note_failure(pending, r.first + k);  // the run's lowest; settle rechecks it
+          break;
+        }
+      }
+    }
+  } else {
+    for (std::uint64_t j = first_thread; j < v.count; j += stride) {
+      if (!frame<Codec>::check_index(v, j).ok()) note_failure(pending, j);
+    }
+  }
+}
+
+/**
+ * A dense payload (every element, in order) into y: y[i] <- (overwrite ? 0 : y[i]) + alpha x
+ * value i, the host's `accumulate` per element. With `overwrite` (decompress) y is written
+ * without being read, and nothing zeroes it first: 0 + alpha x v is computed in registers, the
+ * same rounding as the host's zero-then-add.
+ */
+template <class Codec, class T>
+__global__ __launch_bounds__(dense_apply_policy::threads)
+void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float alpha, bool overwrite,
+                        const wire::status* st) {
+  static_assert(dense_apply_policy::items_per_thread == 8, "dense_apply_kernel: runs of 8 (load_run)");
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
+  const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  with_value_type<Codec>(v, [&](auto type) {
+    for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs;
+         run += stride) {
+      const run_of_8 r = run_at(run, n);
+      T y[8] = {};  // from_double<T>(0.0): all-zero bits for every element type
+      if (!overwrite) load_run(out, r.first, r.valid, y);
+      if constexpr (Codec::bucketed) {
+        float value[8];
+        decode_bucketed_run<typename Codec::values_type>(v, r.first, value);
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) {
+          if (k < r.valid) accumulate(y[k], value[k], alpha);
+        }
+      } else {
+        // Eight independent loads of the values in flight, then the arithmetic.
+        double value[8];
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) value[k] = k < r.valid ? frame<Codec>::value_at(v, decltype(type)::value, r.first + k) : 0.0;
+#pragma unroll
+        for (unsigned k = 0; k < 8; ++k) {
+          if (k < r.valid) accumulate(y[k], value[k], alpha);
+        }
+      }
+      store_run(out, r.first, r.valid, y);
+    }
+  });
+}
+
+/// Sparse payloads with COO or implicit indices: one element per thread and step. Indices are
+/// strictly increasing (validated), so no two threads touch one element.
 template <class Codec, class T>
 __global__ __launch_bounds__(block_threads)
-void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out,
-                  std::uint64_t out_size, float alpha, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wire::status* st) {
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
   if (Codec::staged && v.index_encoding != encode::coo::id) return;  // the bitmap or delta kernels' work
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       j < v.count; j += stride) {
-    // Indices are strictly increasing (validated), so no two threads touch one element.
-    accumulate(out[frame<Codec>::index_at(v, j)], frame<Codec>::value_at(v, v.header.type, j), alpha);
-  }
+  with_value_type<Codec>(v, [&](auto type) {
+    for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < v.count;
+         j += stride) {
+      accumulate(out[frame<Codec>::index_at(v, j)], frame<Codec>::value_at(v, decltype(type)::value, j), alpha);
+    }
+  });
 }
 
 // Bitmap indices: bits per word (and bits past n, which fail), a device scan of the counts,
 // a check of the total against the count, then one thread per word accumulates its elements.
-template <class Codec>
+template <class = void>
 __global__ __launch_bounds__(block_threads)
-void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                         std::uint64_t* counts, wire::status* st) {
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;  // validate_kernel reports
+void bitmap_count_kernel(const payload_view* view, std::uint64_t out_size, std::uint64_t* counts, wire::status* st) {
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
   if (v.index_encoding != encode::bitmap::id) return;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -158,34 +270,34 @@ void bitmap_count_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uin
   }
 }
 
-template <class Codec>
+template <class = void>
 __global__ __launch_bounds__(1)
-void bitmap_total_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
-                         const std::uint64_t* counts, const std::uint64_t* first, wire::status* st) {
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
-  if (v.index_encoding != encode::bitmap::id) return;
+void bitmap_total_kernel(const payload_view* view, std::uint64_t out_size, const std::uint64_t* counts,
+                         const std::uint64_t* first, wire::status* st) {
+  if (!decoding_ok(st)) return;
+  if (view->index_encoding != encode::bitmap::id) return;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t total = words == 0 ? 0 : first[words - 1] + counts[words - 1];
-  if (total != v.count) record_failure(st, wire::fail(wire::format_errc::bitmap_count_mismatch, total, v.count));
+  if (total != view->count) record_failure(st, wire::fail(wire::format_errc::bitmap_count_mismatch, total, view->count));
 }
 
 template <class Codec, class T>
 __global__ __launch_bounds__(block_threads)
-void bitmap_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
-                         float alpha, const std::uint64_t* first, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+void bitmap_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha,
+                         const std::uint64_t* first, const wire::status* st) {
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
   if (v.index_encoding != encode::bitmap::id) return;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
-       w += stride) {
-    encode::bitmap::for_each_index(v.indices, w, w + 1, first[w], [&](std::uint64_t j, std::uint64_t i) {
-      accumulate(out[i], frame<Codec>::value_at(v, v.header.type, j), alpha);
-    });
-  }
+  with_value_type<Codec>(v, [&](auto type) {
+    for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
+         w += stride) {
+      encode::bitmap::for_each_index(v.indices, w, w + 1, first[w], [&](std::uint64_t j, std::uint64_t i) {
+        accumulate(out[i], frame<Codec>::value_at(v, decltype(type)::value, j), alpha);
+      });
+    }
+  });
 }
 
 // Delta-varint indices: one thread per 1024-index chunk, once to validate, once to accumulate.
@@ -194,12 +306,12 @@ __device__ inline wire::status check_chunk(const payload_view& v, std::uint64_t 
                                             [](std::uint64_t, std::uint64_t) {});
 }
 
-template <class Codec>
+template <class = void>
 __global__ __launch_bounds__(block_threads)
-void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t out_size,
+void delta_validate_kernel(const payload_view* view, std::uint64_t out_size, const wire::status* st,
                            unsigned long long* pending) {
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
   if (v.index_encoding != encode::delta_varint::id) return;
   const std::uint64_t chunks = encode::delta_varint::chunks(v.count);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -210,48 +322,43 @@ void delta_validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::u
 }
 
 /// delta_validate_kernel's chunk check, for settle.
-template <class Codec>
 struct chunk_recheck {
-  const std::uint8_t* bytes;
-  std::uint64_t size, out_size;
-  __device__ wire::status operator()(std::uint64_t c) const {
-    payload_view v;
-    frame<Codec>::parse(bytes, size, v);
-    return check_chunk(v, out_size, c);
-  }
+  const payload_view* view;
+  std::uint64_t out_size;
+  __device__ wire::status operator()(std::uint64_t c) const { return check_chunk(*view, out_size, c); }
 };
 
 template <class Codec, class T>
 __global__ __launch_bounds__(block_threads)
-void delta_apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t out_size,
-                        float alpha, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
-  payload_view& v = shared_view();
-  if (!parse_in_block<Codec>(bytes, size, out_size, v, nullptr, false)) return;
+void delta_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha, const wire::status* st) {
+  if (!decoding_ok(st)) return;
+  const payload_view v = *view;
   if (v.index_encoding != encode::delta_varint::id) return;
   const std::uint64_t chunks = encode::delta_varint::chunks(v.count);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
-       c += stride) {
-    encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size, v.index_width, c,
-                                       [&](std::uint64_t j, std::uint64_t i) {
-      accumulate(out[i], frame<Codec>::value_at(v, v.header.type, j), alpha);
-    });
-  }
+  with_value_type<Codec>(v, [&](auto type) {
+    for (std::uint64_t c = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
+         c += stride) {
+      encode::delta_varint::decode_chunk(v.indices, v.index_bytes, v.count, out_size, v.index_width, c,
+                                         [&](std::uint64_t j, std::uint64_t i) {
+        accumulate(out[i], frame<Codec>::value_at(v, decltype(type)::value, j), alpha);
+      });
+    }
+  });
 }
 
 template <>
 struct payload_backend<cuda> {
-  /// Decoding's scratch: a bitmap payload's per-word bit counts, their exclusive sums, and the
-  /// scan's storage (the other encodings need none).
+  /// Decoding's scratch: the parsed view; for bitmap payloads, the per-word bit counts, their
+  /// exclusive sums and the scan's storage.
   template <class Codec>
   static std::size_t decode_workspace_bytes(cuda& exec, std::size_t n) {
     using Indices = typename Codec::indices_type;
     if constexpr (std::is_same_v<Indices, encode::automatic> || std::is_same_v<Indices, encode::bitmap>) {
       const std::uint64_t words = encode::bitmap::words(n);
-      return 2 * words * sizeof(std::uint64_t) + 256 + exclusive_sum_bytes(exec, words);
+      return view_bytes + 2 * words * sizeof(std::uint64_t) + 256 + exclusive_sum_bytes(exec, words);
     } else {
-      return 0;
+      return view_bytes;
     }
   }
 
@@ -263,45 +370,63 @@ struct payload_backend<cuda> {
     launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), out, l, type, n, k, sp);
   }
 
+  /// What check leaves for the decode's writes, in scratch: the parsed view and, for bitmap
+  /// indices, each word's first value.
+  struct checked {
+    const payload_view* view;
+    const std::uint64_t* first;
+  };
+
   /// Every check of a payload for an output of out_size elements, writing nothing but the status
-  /// word (and, for bitmap indices, the per-word counts in scratch, which it returns).
+  /// word and scratch: the frame parsed once into the view, then each element's index and code,
+  /// and the bitmap's or delta-varint's indices.
   template <class Codec>
-  static std::uint64_t* check(cuda& exec, const Codec&, span<const std::byte> payload, std::uint64_t out_size) {
+  static checked check(cuda& exec, const Codec&, span<const std::byte> payload, std::uint64_t out_size) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     require_aligned(bytes, "decompress");
-    // At most payload.size() / 4 entries can fit (a 2-byte value needs a 4-byte index): the
-    // grid covers that bound; the kernels read the true count from the validated header.
-    const unsigned grid = grid_for(exec, payload.size() / 4);
-    launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out_size,
-           exec.status_word(), exec.pending_failure());
-    if constexpr (Codec::checks_elements) settle(exec, element_recheck<Codec>{bytes, payload.size()});
+    std::byte* ws = exec.scratch(decode_workspace_bytes<Codec>(exec, out_size));
+    auto* view = reinterpret_cast<payload_view*>(ws);
+    launch(parse_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, view, exec.status_word());
+    if constexpr (Codec::checks_elements) {
+      const unsigned grid = checks_runs<Codec> ? grid_for_policy<dense_apply_policy>(exec, out_size)
+                                               : grid_for(exec, entry_bound<Codec>(payload, out_size));
+      launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), view, exec.status_word(),
+             exec.pending_failure());
+      settle(exec, element_recheck<Codec>{view});
+    }
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
     constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
     const std::uint64_t words = encode::bitmap::words(out_size);
-    std::uint64_t* counts = nullptr;
+    const std::uint64_t* first = nullptr;
     if constexpr (may_bitmap) {
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
-      counts = reinterpret_cast<std::uint64_t*>(exec.scratch(decode_workspace_bytes<Codec>(exec, out_size)));
-      std::uint64_t* first = counts + words;
-      launch(bitmap_count_kernel<Codec>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(), out_size,
-             counts, exec.status_word());
+      auto* counts = reinterpret_cast<std::uint64_t*>(ws + view_bytes);
+      first = counts + words;
+      launch(bitmap_count_kernel<>, grid_for(exec, words), block_threads, 0, exec.stream(), view, out_size, counts,
+             exec.status_word());
       if (words != 0) {
         std::size_t temp_size = temp_bytes;
-        GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(first + words) + 256, temp_size,
-                                                       counts, first, words, exec.stream()));
+        GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(counts + 2 * words) + 256, temp_size,
+                                                       counts, counts + words, words, exec.stream()));
       }
-      launch(bitmap_total_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, counts, first,
-             exec.status_word());
+      launch(bitmap_total_kernel<>, 1, 1, 0, exec.stream(), view, out_size, counts, first, exec.status_word());
     }
     if constexpr (may_delta) {
-      const std::uint64_t chunk_bound = delta_chunk_bound(payload, out_size);
-      launch(delta_validate_kernel<Codec>, grid_for(exec, chunk_bound), block_threads, 0, exec.stream(), bytes,
-             payload.size(), out_size, exec.pending_failure());
-      settle(exec, chunk_recheck<Codec>{bytes, payload.size(), out_size});
+      launch(delta_validate_kernel<>, grid_for(exec, delta_chunk_bound(payload, out_size)), block_threads, 0,
+             exec.stream(), view, out_size, exec.status_word(), exec.pending_failure());
+      settle(exec, chunk_recheck{view, out_size});
     }
-    return counts;
+    return {view, first};
+  }
+
+  /// At most min(n, payload bytes / 2) entries: each takes at least a 1-byte value and a byte of
+  /// indices, or for a dense payload is one of the n elements. The grids cover that bound; the
+  /// kernels read the true count from the view.
+  template <class Codec>
+  static std::uint64_t entry_bound(span<const std::byte> payload, std::uint64_t out_size) {
+    return Codec::dense ? out_size : std::min<std::uint64_t>(out_size, payload.size() / 2);
   }
 
   /// At most min(n, payload bytes) indices: each takes at least a byte of delta-varint data.
@@ -313,29 +438,32 @@ struct payload_backend<cuda> {
   static void decode(cuda& exec, const Codec& codec, span<const std::byte> payload, span<T> out,
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    std::uint64_t* counts = check(exec, codec, payload, out.size());
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
-    const unsigned grid = grid_for(exec, payload.size() / 4);
+    const checked c = check(exec, codec, payload, out.size());
+    if constexpr (Codec::dense) {  // every element written: no zeroing for decompress
+      launch(dense_apply_kernel<Codec, T>, grid_for_policy<dense_apply_policy>(exec, out.size()),
+             dense_apply_policy::threads, 0, exec.stream(), c.view, out.data(), out.size(), alpha, overwrite,
+             exec.status_word());
+      return;
+    }
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
     constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
-    const std::uint64_t words = encode::bitmap::words(out.size());
     if (overwrite && !out.empty()) {
       launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
              exec.status_word());
     }
     if constexpr (!Codec::staged || automatic) {
-      launch(apply_kernel<Codec, T>, grid, block_threads, 0, exec.stream(), bytes, payload.size(), out.data(), out.size(), alpha,
-             exec.status_word());
+      launch(sparse_apply_kernel<Codec, T>, grid_for(exec, entry_bound<Codec>(payload, out.size())), block_threads, 0,
+             exec.stream(), c.view, out.data(), alpha, exec.status_word());
     }
     if constexpr (may_bitmap) {
-      launch(bitmap_apply_kernel<Codec, T>, grid_for(exec, words), block_threads, 0, exec.stream(), bytes, payload.size(),
-             out.data(), out.size(), alpha, counts + words, exec.status_word());
+      launch(bitmap_apply_kernel<Codec, T>, grid_for(exec, encode::bitmap::words(out.size())), block_threads, 0,
+             exec.stream(), c.view, out.data(), out.size(), alpha, c.first, exec.status_word());
     }
     if constexpr (may_delta) {
-      launch(delta_apply_kernel<Codec, T>, grid_for(exec, delta_chunk_bound(payload, out.size())), block_threads, 0, exec.stream(), bytes, payload.size(),
-             out.data(), out.size(), alpha, exec.status_word());
+      launch(delta_apply_kernel<Codec, T>, grid_for(exec, delta_chunk_bound(payload, out.size())), block_threads, 0,
+             exec.stream(), c.view, out.data(), out.size(), alpha, exec.status_word());
     }
   }
 };

@@ -39,7 +39,7 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
     }
     // The eight values first, by 16-byte loads where the run is whole and aligned (so that they
     // are in flight together); lanes past the end read none.
-    const unsigned valid = first < end ? static_cast<unsigned>(end - first < 8 ? end - first : 8) : 0u;
+    const unsigned valid = run_length(first, end);
     float v[8];
     load_floats(x, first, valid, v);
     unsigned plane[Values::bits] = {};  // bit i of plane[b]: bit b of element first + i's code
@@ -81,6 +81,27 @@ __device__ void encode_strided(const Values& values, const T* x, std::uint64_t b
   }
 }
 
+/// Lane l's statistics of a bucket's values [begin, end): values l, l + 32, ... added in that
+/// order (the canonical order, quantize/bucket_stats.hpp), 256 at a time with the lane's 8
+/// loads issued before its first add, so that 8 are in flight (each load instruction of the warp
+/// reads 128 consecutive bytes).
+template <class Values, class T>
+__device__ inline void add_strided(quantize::bucket_stats& stats, const T* x, std::uint64_t begin, std::uint64_t end,
+                                   unsigned lane) {
+  for (std::uint64_t s = begin; s < end; s += 256) {
+    float v[8];
+#pragma unroll
+    for (unsigned m = 0; m < 8; ++m) {
+      const std::uint64_t j = s + 32 * m + lane;
+      v[m] = j < end ? static_cast<float>(to_float(x[j])) : 0.0f;
+    }
+#pragma unroll
+    for (unsigned m = 0; m < 8; ++m) {
+      if (s + 32 * m + lane < end) Values::add(stats, v[m]);
+    }
+  }
+}
+
 template <class Values, class T, class IndexOf>
 __global__ __launch_bounds__(encode_policy::threads)
 void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
@@ -96,7 +117,7 @@ void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
     // Canonical order (quantize/bucket_stats.hpp): lane l adds values l, l + 32, ... in order,
     // then an xor butterfly merges the lanes.
     quantize::bucket_stats stats = Values::empty_stats();
-    for (std::uint64_t j = begin + lane; j < end; j += 32) Values::add(stats, static_cast<float>(to_float(x[j])));
+    add_strided<Values>(stats, x, begin, end, lane);
     for (int offset = 16; offset > 0; offset /= 2) {
       quantize::bucket_stats other;
       for (int i = 0; i < 4; ++i) other.v[i] = __shfl_xor_sync(0xFFFFFFFFu, stats.v[i], offset);

@@ -37,8 +37,12 @@ void search_start_kernel(const std::uint32_t* sorted, std::uint64_t s, std::uint
   *state = st;
 }
 
+/// The refinement rounds' launch: a run of 8 consecutive elements per thread and step
+/// (`load_floats`: 16-byte loads), <= 8 blocks per SM.
+using search_policy = launch_policy<256, 8, 8>;
+
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(search_policy::threads)
 void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* state,
                              unsigned long long* hist) {
   __shared__ unsigned int local[sampled_search::bins + 1];
@@ -46,10 +50,17 @@ void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* 
   if (st.done) return;  // the whole grid alike
   for (unsigned b = threadIdx.x; b <= sampled_search::bins; b += blockDim.x) local[b] = 0;
   __syncthreads();
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int b = st.bin_of(sparsify::detail::magnitude_key(static_cast<float>(to_float(x[i]))));
-    if (b >= 0) atomicAdd(&local[b], 1u);
+  const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs;
+       run += stride) {
+    const run_of_8 r = run_at(run, n);
+    float v[8];
+    load_floats(x, r.first, r.valid, v);
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      const int b = k < r.valid ? st.bin_of(sparsify::detail::magnitude_key(v[k])) : -1;
+      if (b >= 0) atomicAdd(&local[b], 1u);
+    }
   }
   __syncthreads();
   for (unsigned b = threadIdx.x; b <= sampled_search::bins; b += blockDim.x) {
@@ -110,7 +121,8 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     launch(search_start_kernel<>, 1, 1, 0, stream, sorted, size, k, n, state);
     const std::uint64_t cap = sparsify::sampled_topk::upper_count(k, n);
     for (int round = 0; round < sampled_search::max_rounds; ++round) {
-      launch(search_histogram_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, state, hist);
+      launch(search_histogram_kernel<T>, grid_for_policy<search_policy>(exec, n), search_policy::threads, 0, stream,
+             x.data(), n, state, hist);
       launch(search_decide_kernel<>, 1, block_threads, 0, stream, state, hist, k, cap);
     }
     return inner::count_on_device_with(exec, x, threshold_of(state));

@@ -1,24 +1,40 @@
 // structure_backend<cuda, sparsify::threshold>: known-threshold selection with compaction.
 //
-// Tiles of 256 threads x 16 elements: one kernel counts each tile's passing elements, a device
-// scan turns the counts into tile offsets (and the total), and the emit kernel writes each
-// tile's elements in index order (a block-wide exclusive scan of the flags per round of 256),
-// so the bytes equal the host's. The codec learns the count with one copy to the host: the
-// payload's size depends on it. Each thread block takes tiles in turn (blockIdx.x, + gridDim.x,
-// ...), so a tensor of any size fits one grid.
+// Tiles of 4,096 elements: one kernel counts each tile's passing elements, a device scan turns
+// the counts into tile offsets (and the total), and the emit kernel writes each tile's elements
+// in index order, so the bytes equal the host's. A tile is two rounds of 2,048: thread t takes
+// the run of 8 consecutive elements at 8t of each round (load_run: 16-byte loads), and one
+// block-wide exclusive scan of the threads' counts per round gives each thread where its kept
+// elements go. The codec learns the count with one copy to the host: the payload's size depends
+// on it. Each thread block takes tiles in turn (blockIdx.x, + gridDim.x, ...), so a tensor of
+// any size fits one grid.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include "gradzip/detail/cuda/vector_load.cuh"
+
 namespace gradzip::detail {
 
+/// The count and emit kernels' launch: 256 threads, a run of 8 per thread and round, 2 rounds
+/// per tile of 4,096 (both loads of a thread's tile in flight in the count), <= 8 blocks per SM.
+using threshold_policy = launch_policy<256, 8, 8>;
+
 struct threshold_tiles {
-  static constexpr unsigned threads = block_threads;
-  static constexpr unsigned rounds = 16;
-  static constexpr std::uint64_t tile = threads * rounds;
+  static constexpr unsigned threads = threshold_policy::threads;
+  static constexpr unsigned run = threshold_policy::items_per_thread;
+  static constexpr std::uint64_t round = static_cast<std::uint64_t>(threads) * run;
+  static constexpr unsigned rounds = 2;
+  static constexpr std::uint64_t tile = round * rounds;
+  static_assert(run == 8, "threshold tiles: runs of 8 (load_run)");
   static std::uint64_t count(std::uint64_t n) { return n == 0 ? 1 : (n + tile - 1) / tile; }
+  /// Thread t's run in round r of the tile at `base`.
+  __device__ static run_of_8 run_of(std::uint64_t base, unsigned r, unsigned t, std::uint64_t n) {
+    const std::uint64_t first = base + r * round + static_cast<std::uint64_t>(t) * run;
+    return {first, run_length(first, n)};
+  }
 };
 
 /// Whether element i (value v) passes `t`: a threshold on the value, unless Tau decides per index
@@ -28,18 +44,42 @@ __device__ inline bool passes_at(V v, std::uint64_t, Tau t) {
   return sparsify::detail::passes(v, t);
 }
 
+/// The operand a kernel compares against, read once per thread (sparsify::detail::threshold_operand).
+template <class Tau>
+__device__ inline auto operand_of(Tau t) {
+  using sparsify::detail::threshold_operand;
+  return threshold_operand(t);
+}
+
+/// Bit k of the result: whether element first + k of the run (values v) passes `t` (an operand).
+template <class T, class Operand>
+__device__ inline unsigned passing_bits(const T (&v)[8], run_of_8 r, Operand t) {
+  unsigned bits = 0;
+#pragma unroll
+  for (unsigned k = 0; k < 8; ++k) {
+    if (k < r.valid && passes_at(to_float(v[k]), r.first + k, t)) bits |= 1u << k;
+  }
+  return bits;
+}
+
 template <class T, class Tau>
 __global__ __launch_bounds__(threshold_tiles::threads)
 void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t tiles, std::uint64_t* tile_counts) {
   using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
   __shared__ typename reduce::TempStorage storage;
+  const auto operand = operand_of(t);
   for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const std::uint64_t base = tile * threshold_tiles::tile;
-    unsigned kept = 0;
-    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
-      const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-      if (i < n && passes_at(to_float(x[i]), i, t)) ++kept;
+    T v[threshold_tiles::rounds][8] = {};
+    run_of_8 runs[threshold_tiles::rounds];
+#pragma unroll
+    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {  // every load first: all in flight
+      runs[r] = threshold_tiles::run_of(base, r, threadIdx.x, n);
+      load_run(x, runs[r].first, runs[r].valid, v[r]);
     }
+    unsigned kept = 0;
+#pragma unroll
+    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) kept += __popc(passing_bits(v[r], runs[r], operand));
     const unsigned total = reduce(storage).Sum(kept);
     if (threadIdx.x == 0) tile_counts[tile] = total;
     __syncthreads();  // the reduction's storage is reused for the next tile
@@ -60,15 +100,22 @@ void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t til
                            Sink sink) {
   using scan = cub::BlockScan<unsigned, threshold_tiles::threads>;
   __shared__ typename scan::TempStorage storage;
+  const auto operand = operand_of(t);  // once: the sink's stores could alias a threshold in memory
   for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const std::uint64_t base = tile * threshold_tiles::tile;
     std::uint64_t pos = tile_offsets[tile];
     for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
-      const std::uint64_t i = base + r * threshold_tiles::threads + threadIdx.x;
-      const unsigned flag = i < n && passes_at(to_float(x[i]), i, t) ? 1u : 0u;
+      const run_of_8 run = threshold_tiles::run_of(base, r, threadIdx.x, n);
+      T v[8] = {};
+      load_run(x, run.first, run.valid, v);
+      const unsigned bits = passing_bits(v, run, operand);
       unsigned rank = 0, round_total = 0;
-      scan(storage).ExclusiveSum(flag, rank, round_total);
-      if (flag) sink(pos + rank, i, x[i]);
+      scan(storage).ExclusiveSum(static_cast<unsigned>(__popc(bits)), rank, round_total);
+      std::uint64_t at = pos + rank;  // threads' runs are in index order, so are their ranks
+#pragma unroll
+      for (unsigned k = 0; k < 8; ++k) {
+        if ((bits >> k) & 1u) sink(at++, run.first + k, v[k]);
+      }
       pos += round_total;
       __syncthreads();  // the scan's storage is reused next round
     }
@@ -108,7 +155,8 @@ struct structure_backend<cuda, sparsify::threshold> {
   template <class T, class Tau>
   static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_count_kernel<T, Tau>, grid_for_units(exec, c.tiles), threshold_tiles::threads, 0, exec.stream(),
+    launch(threshold_count_kernel<T, Tau>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
+           threshold_tiles::threads, 0, exec.stream(),
            x.data(), x.size(), t, c.tiles, c.counts);
     void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
@@ -138,7 +186,8 @@ struct structure_backend<cuda, sparsify::threshold> {
   static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
     if (x.empty()) return;
     const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_emit_kernel<T, Tau, Sink>, grid_for_units(exec, c.tiles), threshold_tiles::threads, 0,
+    launch(threshold_emit_kernel<T, Tau, Sink>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
+           threshold_tiles::threads, 0,
            exec.stream(), x.data(), x.size(), t, c.tiles, c.offsets, sink);
   }
 

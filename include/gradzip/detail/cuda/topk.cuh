@@ -236,13 +236,12 @@ void dense_emit_kernel(const T* x, std::uint64_t n, Sink sink) {
   const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs;
        run += stride) {
-    const std::uint64_t first = 8 * run;
-    const unsigned valid = static_cast<unsigned>(n - first < 8 ? n - first : 8);
-    T v[8];
-    load_run(x, first, valid, v);
+    const run_of_8 r = run_at(run, n);
+    T v[8] = {};  // load_run leaves v[valid..8) alone; they are not read
+    load_run(x, r.first, r.valid, v);
 #pragma unroll
     for (unsigned k = 0; k < 8; ++k) {
-      if (k < valid) sink(first + k, first + k, v[k]);
+      if (k < r.valid) sink(r.first + k, r.first + k, v[k]);
     }
   }
 }

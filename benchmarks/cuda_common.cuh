@@ -1,9 +1,11 @@
-// Shared pieces of the CUDA benchmarks: GPU detection, the size axis, CUDA-event timing, a
-// device copy roofline measured in the same run, and the synthetic gradient on the device.
+// Shared pieces of the CUDA benchmarks: GPU detection, the size axis, CUDA-event timing (the L2
+// flushed before each run, the median of at least 50 warm runs), an SM copy kernel measured in
+// the same run as the roofline, and the synthetic gradient on the device.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/synthetic_gradient.hpp"
@@ -20,33 +22,73 @@ inline bool has_gpu() {
   return count > 0;
 }
 
-/// 2^16, 2^18, ..., 2^28 elements.
+/// Timed runs per benchmark (after one warm-up): the median of these is reported.
+inline constexpr int timed_runs = 60;
+
+/// 2^16, 2^18, ..., 2^28 elements, each timed `timed_runs` times.
 inline void device_axis(benchmark::internal::Benchmark* b) {
   for (int log2 = 16; log2 <= 28; log2 += 2) b->Arg(std::int64_t{1} << log2);
+  b->Iterations(timed_runs);
 }
 
-/// Runs `body` once per iteration between two CUDA events and reports input GB/s.
+/// Writes a buffer twice the L2's size, so the next run reads its input from HBM, not the L2.
+inline void flush_l2(cudaStream_t stream) {
+  static void* buffer = nullptr;
+  static std::size_t bytes = 0;
+  if (buffer == nullptr) {
+    int device = 0, l2 = 0;
+    GRADZIP_CUDA_TRY(cudaGetDevice(&device));
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    bytes = 2 * static_cast<std::size_t>(l2 > 0 ? l2 : 64 << 20);
+    GRADZIP_CUDA_TRY(cudaMalloc(&buffer, bytes));
+  }
+  GRADZIP_CUDA_TRY(cudaMemsetAsync(buffer, 0, bytes, stream));
+}
+
+/// Seconds of `body` between two CUDA events, the L2 flushed before it: the median of `runs`.
 template <class Body>
-void time_events(benchmark::State& state, cudaStream_t stream, std::size_t input_bytes, Body&& body) {
+double median_seconds(cudaStream_t stream, int runs, Body&& body, std::vector<double>* each = nullptr) {
   cudaEvent_t start, stop;
   GRADZIP_CUDA_TRY(cudaEventCreate(&start));
   GRADZIP_CUDA_TRY(cudaEventCreate(&stop));
-  body();  // warm-up
-  double total = 0.0;
-  for (auto _ : state) {
+  std::vector<double> s;
+  for (int r = 0; r < runs; ++r) {
+    flush_l2(stream);
     GRADZIP_CUDA_TRY(cudaEventRecord(start, stream));
     body();
     GRADZIP_CUDA_TRY(cudaEventRecord(stop, stream));
     GRADZIP_CUDA_TRY(cudaEventSynchronize(stop));
     float ms = 0;
     GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1e3);
-    total += ms / 1e3;
+    s.push_back(ms / 1e3);
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * input_bytes));
-  state.counters["input_GBps"] = input_bytes / (total / state.iterations()) / 1e9;
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (each != nullptr) *each = s;
+  std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+  return s[s.size() / 2];
+}
+
+/**
+ * Times `body` once per benchmark iteration (one warm-up first), the L2 flushed before each, and
+ * reports input GB/s and median_us from the median run. Returns the median in seconds.
+ */
+template <class Body>
+double time_events(benchmark::State& state, cudaStream_t stream, std::size_t input_bytes, Body&& body) {
+  body();  // warm-up
+  std::vector<double> each;
+  for (auto _ : state) {
+    std::vector<double> one;
+    median_seconds(stream, 1, body, &one);
+    state.SetIterationTime(one[0]);
+    each.push_back(one[0]);
+  }
+  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
+  const double median = each.empty() ? 0.0 : each[each.size() / 2];
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * input_bytes));
+  state.counters["median_us"] = median * 1e6;
+  state.counters["input_GBps"] = median > 0 ? input_bytes / median / 1e9 : 0.0;
+  return median;
 }
 
 template <class T>
@@ -60,29 +102,40 @@ T* upload_gradient(std::size_t n) {
   return d;
 }
 
-/// Bytes/s of a device-to-device copy of `bytes` (the roofline), measured in this run.
-inline double copy_roofline(std::size_t bytes, cudaStream_t stream) {
-  void *a = nullptr, *b = nullptr;
-  GRADZIP_CUDA_TRY(cudaMalloc(&a, bytes));
-  GRADZIP_CUDA_TRY(cudaMalloc(&b, bytes));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  float best = 1e30f;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(start, stream);
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    best = ms < best ? ms : best;
+/// The roofline kernel: a grid-stride copy of 16-byte words, four loads in flight per thread.
+template <class Word = uint4>  // a template: this header is included by several translation units
+__global__ __launch_bounds__(256) void copy_roofline_kernel(const Word* from, Word* to, std::size_t words) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < words; i += 4 * stride) {
+    const Word a = from[i], b = from[i + stride], c = from[i + 2 * stride], d = from[i + 3 * stride];
+    to[i] = a;
+    to[i + stride] = b;
+    to[i + 2 * stride] = c;
+    to[i + 3 * stride] = d;
   }
+  for (; i < words; i += stride) to[i] = from[i];
+}
+
+/// Bytes/s of input that an SM copy kernel moves (reading and writing `bytes`), the median of
+/// 50 runs with the L2 flushed, measured in this run.
+inline double copy_roofline(std::size_t bytes, cudaStream_t stream) {
+  const std::size_t words = (bytes + 15) / 16;
+  uint4 *a = nullptr, *b = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&a, words * 16));
+  GRADZIP_CUDA_TRY(cudaMalloc(&b, words * 16));
+  GRADZIP_CUDA_TRY(cudaMemsetAsync(a, 0, words * 16, stream));
+  int device = 0, sms = 0;
+  GRADZIP_CUDA_TRY(cudaGetDevice(&device));
+  GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::size_t wanted = (words + 255) / 256, cap = static_cast<std::size_t>(sms) * 8;
+  const unsigned grid = static_cast<unsigned>(std::max<std::size_t>(1, std::min(wanted, cap)));
+  const auto copy = [&] { copy_roofline_kernel<uint4><<<grid, 256, 0, stream>>>(a, b, words); };
+  copy();
+  const double seconds = median_seconds(stream, 50, copy);
   cudaFree(a);
   cudaFree(b);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return bytes / (best / 1e3);
+  return bytes / seconds;
 }
 
 }  // namespace gradzip_bench

@@ -1,13 +1,23 @@
-// CUDA sparsifiers beside a device-to-device copy of the same bytes, 2^16 .. 2^28 elements,
+// CUDA sparsifiers beside an SM copy kernel over the same bytes, 2^16 .. 2^28 elements,
 // timed with CUDA events (manual time): exact top-k at 1 % (fp32 and bf16), DGC's sampled
 // top-k at 1 % (issue 4's target: >= 1.2 TB/s at 2^28 on H100; `_async` through
 // compress_async, with no host synchronization), threshold selection with a
-// known tau, and top-k under the staged index encodings. Without a GPU every benchmark reports
-// "no CUDA device" and skips.
+// known tau, and top-k under the staged index encodings. Beside exact top-k, where the installed
+// CCCL has it (3.3 and later), cub::DeviceTopK selects the same 1 % by magnitude (unsorted, ties
+// unspecified: less than gradzip promises). Without a GPU every benchmark reports "no CUDA
+// device" and skips.
 #include <algorithm>
 #include <cmath>
 
 #include "cuda_common.cuh"
+
+#if __has_include(<cub/device/device_topk.cuh>)
+#include <cub/device/device_topk.cuh>
+#include <cuda/stream_ref>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#define GRADZIP_BENCH_CUB_TOPK 1
+#endif
 
 namespace {
 
@@ -32,7 +42,7 @@ void sparsify_bench(benchmark::State& state, const Codec& c) {
   std::size_t bytes = 0;
   std::uint64_t* device_bytes = nullptr;
   GRADZIP_CUDA_TRY(cudaMalloc(&device_bytes, sizeof(std::uint64_t)));
-  time_events(state, exec.stream(), n * sizeof(T), [&] {
+  const double median = time_events(state, exec.stream(), n * sizeof(T), [&] {
     if constexpr (Async) {
       c.compress_async(exec, gz::span<const T>(x, n), gz::span<std::byte>(out, out_bytes), device_bytes);
     } else {
@@ -50,6 +60,7 @@ void sparsify_bench(benchmark::State& state, const Codec& c) {
   state.counters["copy_GBps"] = copy_roofline(n * sizeof(T), exec.stream()) / 1e9;
   state.counters["roofline"] = state.counters["input_GBps"] / state.counters["copy_GBps"];
   state.counters["out_bytes_per_elem"] = static_cast<double>(bytes) / static_cast<double>(n);
+  state.counters["total_IO_GBps"] = static_cast<double>(n * sizeof(T) + bytes) / median / 1e9;  // the least any selection moves: x once, the payload
   cudaFree(x);
   cudaFree(out);
 }
@@ -90,8 +101,50 @@ void BM_cuda_topk_automatic(benchmark::State& state) {
                                    gz::sparsify::topk::ratio(0.01)});
 }
 
+#if defined(GRADZIP_BENCH_CUB_TOPK)
+struct magnitude_of {
+  __device__ float operator()(float v) const { return fabsf(v); }
+};
+
+/// The peer: cub::DeviceTopK::MaxPairs over |x| with the indices as values, k = 1 %.
+void BM_cub_device_topk(benchmark::State& state) {
+  if (!has_gpu()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
+  gz::cuda exec;
+  float* x = upload_gradient<float>(n);
+  float* keys_out = nullptr;
+  std::uint32_t* index_out = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&keys_out, k * sizeof(float)));
+  GRADZIP_CUDA_TRY(cudaMalloc(&index_out, k * sizeof(std::uint32_t)));
+  const auto keys = thrust::make_transform_iterator(x, magnitude_of{});
+  const auto indices = thrust::counting_iterator<std::uint32_t>(0);
+  const auto env = cuda::std::execution::env{
+      cuda::stream_ref{exec.stream()},
+      cuda::execution::require(cuda::execution::determinism::not_guaranteed, cuda::execution::output_ordering::unsorted)};
+  std::size_t temp_bytes = 0;
+  GRADZIP_CUDA_TRY(cub::DeviceTopK::MaxPairs(nullptr, temp_bytes, keys, keys_out, indices, index_out, n, k, env));
+  void* temp = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&temp, temp_bytes));
+  time_events(state, exec.stream(), n * sizeof(float), [&] {
+    GRADZIP_CUDA_TRY(cub::DeviceTopK::MaxPairs(temp, temp_bytes, keys, keys_out, indices, index_out, n, k, env));
+  });
+  state.counters["copy_GBps"] = copy_roofline(n * sizeof(float), exec.stream()) / 1e9;
+  state.counters["roofline"] = state.counters["input_GBps"] / state.counters["copy_GBps"];
+  cudaFree(temp);
+  cudaFree(index_out);
+  cudaFree(keys_out);
+  cudaFree(x);
+}
+#endif
+
 }  // namespace
 
+#if defined(GRADZIP_BENCH_CUB_TOPK)
+BENCHMARK(BM_cub_device_topk)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+#endif
 BENCHMARK_TEMPLATE(BM_cuda_topk, float)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk, __nv_bfloat16)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_sampled_topk)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);

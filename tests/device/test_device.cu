@@ -116,7 +116,33 @@ void check_sketch_parity(const gz::sketch::count_sketch& cs, const std::vector<T
   CHECK(out.download() == expected);
 }
 
+/// Thread 0's look-back for tile 3 of 4, two counts, against words the test lays out.
+__global__ __launch_bounds__(1) void lookback_probe_kernel(std::uint64_t* status, std::uint64_t* before) {
+  before[0] = gz::detail::tile_lookback(status, 3, 2);
+  before[1] = gz::detail::tile_lookback(status + 4, 3, 7);
+}
+
 }  // namespace
+
+TEST_CASE("decoupled look-back sums aggregates back to the nearest inclusive prefix", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  using status = gz::detail::tile_status;
+  // Executors that run one block at a time only ever show a finished (inclusive) predecessor;
+  // here the words show what a GPU can: aggregates published, inclusive prefixes not yet.
+  const std::vector<std::uint64_t> words = {
+      status::inclusive | 5, status::aggregate | 3, status::aggregate | 4, 0,   // count 0: 12 before tile 3
+      status::inclusive | 1, status::inclusive | 9, status::aggregate | 6, 0};  // count 1: 15 (stops at tile 1)
+  device_vector<std::uint64_t> dw(words);
+  device_vector<std::uint64_t> before(2);
+  gz::detail::launch(lookback_probe_kernel, 1, 1, 0, dev.stream(), dw.data, before.data);
+  dev.synchronize();
+  CHECK(before.download() == std::vector<std::uint64_t>{12, 15});
+  const auto after = dw.download();
+  CHECK(after[3] == (status::inclusive | 14));
+  CHECK(after[7] == (status::inclusive | 22));
+  CHECK(after[2] == (status::aggregate | 4));  // earlier tiles' words are only read
+}
 
 TEST_CASE("cuda topk payloads equal the host's byte for byte (float)", "[gpu]") {
   REQUIRE_GPU();
@@ -162,6 +188,41 @@ TEST_CASE("cuda topk parity on ties NaN and single-bin inputs", "[gpu]") {
   with_nan[99] = -std::numeric_limits<float>::infinity();
   check_parity(with_nan, c, exec);
   check_parity(std::vector<float>(10, 1.0f), gz::codec<gz::sparsify::topk>{gz::sparsify::topk::count(0)}, exec);
+}
+
+TEST_CASE("cuda topk: candidate list or x, early stops, ties across tiles", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda exec;
+  using topk = gz::codec<gz::sparsify::topk>;
+  // Ties at T spread over many 2,048-element tiles, in a candidate list that fits
+  // (2 x 35,295 of 600,000 <= n / 8): the emit's two look-backs place the first 14,705 ties.
+  std::vector<float> ties(600000, 0.001f);
+  for (std::size_t i = 0; i < ties.size(); i += 17) ties[i] = -2.0f;
+  for (std::size_t i = 5; i < ties.size(); i += 17) ties[i] = 1.0f;
+  check_parity(ties, topk{gz::sparsify::topk::count(50000)}, exec);
+  // The same with the list too small (m = 2 x 46,154 > 75,000): every pass after the first
+  // reads x again, to the same bytes.
+  for (std::size_t i = 0; i < ties.size(); i += 13) ties[i] = -2.0f;
+  for (std::size_t i = 5; i < ties.size(); i += 13) ties[i] = 1.0f;
+  check_parity(ties, topk{gz::sparsify::topk::count(50000)}, exec);
+  // Early stops. 1,000 keys in the first digit's bin of 4.0 (4.0 itself included: its key is the
+  // bin's lowest, which "above prefix - 1" must take), the rest far below: k = 1,000 takes the
+  // bin whole at the first digit. Adding 600 keys in 2.0's bin, 500 of them sharing the highest
+  // second digit (0x40000200 exactly among them), k = 1,500 stops at the second digit.
+  std::vector<float> stops(200003);
+  std::mt19937 rng(17);
+  for (auto& v : stops) v = 1e-3f * static_cast<float>(rng() % 1000 + 1);
+  for (std::size_t j = 0; j < 1000; ++j) stops[38 + 190 * j] = (j % 2 ? -1.0f : 1.0f) * (4.0f + 0.0004f * static_cast<float>(j));
+  check_parity(stops, topk{gz::sparsify::topk::count(1000)}, exec);
+  for (std::size_t j = 0; j < 600; ++j) {
+    // Second digit 1 (bits 9-19) for the 500, with duplicates (j % 400); second digit 0 for the rest.
+    const std::uint32_t low = j < 500 ? 0x200u + static_cast<std::uint32_t>(j % 400) : static_cast<std::uint32_t>(j);
+    const std::uint32_t bits = 0x40000000u | low;  // 2.0 and keys just above it
+    std::memcpy(&stops[101 + 330 * j], &bits, 4);  // odd: never one of the 4.0 positions (even)
+  }
+  check_parity(stops, topk{gz::sparsify::topk::count(1500)}, exec);
+  check_parity(stops, topk{gz::sparsify::topk::count(1499)}, exec);  // no whole bin: resolved at the last digit
+  check_parity(gradzip_tools::synthetic_gradient<double>(70001, 3), topk{gz::sparsify::topk::count(700)}, exec);
 }
 
 TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {
@@ -543,6 +604,9 @@ TEST_CASE("cuda 16-byte loads and their scalar fallback give the host's bytes (u
     check_parity(g, gz::codec<gz::sparsify::threshold>{gz::sparsify::threshold{0.01}}, dev);  // tiles cut mid-run
     unaligned(gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::ratio(0.01)}, converted<double>(g));
     unaligned(gz::codec<gz::hash::hashed_topk>{gz::hash::hashed_topk::ratio(0.01)}, g);
+    unaligned(gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, g);
+    unaligned(gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.3)}, converted<__nv_bfloat16>(g));
+    unaligned(gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, converted<double>(g));
     unaligned(gz::codec<gz::sparsify::threshold, gz::quantize::uniform<4>>{gz::sparsify::threshold{0.002}}, converted<__half>(g));
     check_sketch_parity(gz::sketch::count_sketch{3, 97, 4}, g, dev, 1);
   }

@@ -1,102 +1,149 @@
-// CUDA top-k: radix select on magnitude keys with no host synchronization.
+// CUDA top-k: radix select on magnitude keys (AIR top-k's plan: Zhang et al., "Parallel Top-K
+// Algorithms on GPU: A Comprehensive Study and New Methods", SC '23), with sorted output and no
+// host synchronization.
 //
-// For 32-bit keys (float, half, bf16), the input is read three times:
-//   1. histogram of the top 11 key bits (shared-memory counters), then one block picks the bin
-//      holding the k-th largest and narrows the prefix;
-//   2. histogram of the remaining 20 bits among keys with that prefix (global counters,
-//      warp-aggregated, plus a 1024-bin coarse histogram in shared memory), then one block
-//      resolves the exact threshold key T and how many ties at T to take;
-//   3. one cub::DeviceScan pass over (key > T, key == T) counts that writes each selected
-//      element straight to its position in the payload: indices come out sorted, ties go to the
-//      lower index, and no atomics decide any output.
-// 64-bit keys (double) take two more 20/12-bit histogram passes (five reads).
-// Every count is an integer, so the result is exact and equals the host's byte for byte.
+// Digits of 11 bits (31 = 11 + 11 + 9 for float, half and bf16 keys; 63 = 5 x 11 + 8 for double):
+//   1. histogram of the first digit over x; one block picks the bin holding the k-th largest;
+//   2. one pass over x compacts, in index order, every element whose key is at least that bin's
+//      lowest (the k largest plus the rest of the bin) into a candidate list, and counts the
+//      second digit of the bin's elements on the way: filter and next histogram fused;
+//   3. the remaining digits count the list, not x (x again if the list outgrew its capacity);
+//      a select that takes its whole bin resolves T early and the later passes return at once;
+//   4. the emit compacts the list (or x) once more: keys above T, and the first ties_to_take keys
+//      equal to T, each at its rank, so indices come out sorted and ties go to the lower index.
+// The compactions are single passes with decoupled look-back (lookback.cuh). Every count is an
+// integer and every position a rank in index order, so the payload equals the host's byte for
+// byte. x is read twice (plus the list); the only memset is 16 KB of bins and the tile words.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
 
+#include "gradzip/detail/cuda/lookback.cuh"
 #include "gradzip/detail/cuda/vector_load.cuh"
-#include "gradzip/detail/topk_scan.hpp"
+#include "gradzip/detail/topk_plan.hpp"
 
 namespace gradzip::detail {
+
+/// The passes over x and the list: 256 threads, a run of 8 consecutive elements per thread
+/// (load_run: 16-byte loads), <= 8 blocks per SM. A compaction tile is one run per thread.
+using topk_policy = launch_policy<256, 8, 8>;
+inline constexpr std::uint64_t topk_tile = std::uint64_t{topk_policy::threads} * topk_policy::items_per_thread;
+GRADZIP_HOST_DEVICE inline std::uint64_t topk_tiles(std::uint64_t n) { return n == 0 ? 1 : (n + topk_tile - 1) / topk_tile; }
+static_assert(topk_policy::items_per_thread == 8, "topk_policy: runs of 8 (load_run)");
+/// The compaction's and the emit's register budget: 64 per thread at 256 threads (4 blocks, 50 %
+/// occupancy). Without it, ptxas for sm_100 held the compaction to 48 registers and spilled.
+inline constexpr unsigned topk_min_blocks_per_sm = 4;
+
+/// The candidate list: indices and values, in index order; `capacity` entries.
+template <class T>
+struct topk_list {
+  std::uint64_t* index;
+  T* values;
+  std::uint64_t capacity;
+};
+
+/// What a pass after the compaction reads: the list when it holds every candidate, else x.
+template <class T>
+struct topk_source {
+  const T* values;
+  const std::uint64_t* index;  // nullptr: element j is x[j]
+  std::uint64_t count;
+  __device__ std::uint64_t index_of(std::uint64_t j) const { return index == nullptr ? j : index[j]; }
+};
+
+template <class T, class Key>
+__device__ inline topk_source<T> source_of(const T* x, std::uint64_t n, const topk_list<T>& list,
+                                           const cuda_topk_state<Key>* st) {
+  const std::uint64_t m = st->candidates;
+  const bool listed = m != cuda_topk_no_list && m <= list.capacity;
+  const topk_source<T> s = listed ? topk_source<T>{list.values, list.index, m} : topk_source<T>{x, nullptr, n};
+  assume_global(s.values);  // chosen at run time: without it, nvcc's loads are generic, not ld.global
+  return s;
+}
+
+/// v[k] for a k known only at run time, by selects (an indexed array would go to local memory).
+template <class T>
+__device__ inline T pick(const T (&v)[8], unsigned k) {
+  T r = v[0];
+#pragma unroll
+  for (unsigned j = 1; j < 8; ++j) {
+    if (k == j) r = v[j];
+  }
+  return r;
+}
+
+/// The digit a key adds to the histogram, or no_digit when it does not match the prefix.
+inline constexpr unsigned topk_no_digit = 0xFFFFFFFFu;
+template <class Key>
+__device__ inline unsigned digit_of(Key key, Key prefix, Key mask, radix_digit d) {
+  return (key & mask) == prefix ? static_cast<unsigned>((key >> d.shift) & ((Key{1} << d.width) - 1)) : topk_no_digit;
+}
+
+/// Warp-aggregated shared histogram: the lanes holding one digit add their count with one atomic.
+/// Every lane of the warp calls it together (the callers' loops are block-uniform).
+__device__ inline void add_digit(unsigned* bins, unsigned digit) {
+  const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+  if (digit != topk_no_digit && threadIdx.x % 32 == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+    atomicAdd(&bins[digit], static_cast<unsigned>(__popc(peers)));
+  }
+}
+
+__device__ inline void zero_bins(unsigned* bins) {
+  for (int b = threadIdx.x; b < topk_digit_bins; b += blockDim.x) bins[b] = 0;
+  __syncthreads();
+}
+
+__device__ inline void flush_bins(const unsigned* bins, unsigned long long* hist) {
+  __syncthreads();
+  for (int b = threadIdx.x; b < topk_digit_bins; b += blockDim.x) {
+    if (bins[b] != 0) atomicAdd(hist + b, static_cast<unsigned long long>(bins[b]));
+  }
+}
 
 template <class Key>
 __global__ __launch_bounds__(1)
 void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
-  *st = cuda_topk_state<Key>{0, 0, k, 0};
+  *st = cuda_topk_state<Key>{};
+  st->rank = k;
+  st->candidates = cuda_topk_no_list;
 }
 
-/// Histogram of a narrow digit (at most 12 bits) in shared memory, flushed once per block.
-template <class T, class Key, int MaxBins>
-__global__ __launch_bounds__(block_threads)
-void narrow_histogram_kernel(const T* x, std::uint64_t n,
-                             const cuda_topk_state<Key>* st, radix_digit d,
-                             std::uint64_t* hist) {
-  __shared__ unsigned int local[MaxBins];
-  const int bins = 1 << d.width;
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
-  __syncthreads();
-  const Key prefix = st->prefix, mask = st->mask;
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const Key key = magnitude_key(x[i]);
-    if ((key & mask) == prefix) atomicAdd(&local[(key >> d.shift) & (bins - 1)], 1u);
-  }
-  __syncthreads();
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-    if (local[b] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(hist + b), local[b]);
-  }
-}
-
-/// Histogram of a wide digit: global fine counters (warp-aggregated) and shared coarse ones.
+/// Histogram of digit d over the keys that match the prefix: x at the first digit, the list (or
+/// x) after the compaction. Returns at once once T is resolved.
 template <class T, class Key>
-__global__ __launch_bounds__(block_threads)
-void wide_histogram_kernel(const T* x, std::uint64_t n, const cuda_topk_state<Key>* st,
-                           radix_digit d, std::uint64_t* fine, std::uint64_t* coarse) {
-  constexpr int coarse_bins = 1 << cuda_topk_coarse_bits;
-  __shared__ unsigned int local[coarse_bins];
-  for (int b = threadIdx.x; b < coarse_bins; b += blockDim.x) local[b] = 0;
-  __syncthreads();
+__global__ __launch_bounds__(topk_policy::threads)
+void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, const cuda_topk_state<Key>* st,
+                           radix_digit d, unsigned long long* hist) {
+  if (st->resolved != 0) return;
+  __shared__ unsigned bins[topk_digit_bins];
+  zero_bins(bins);
+  const topk_source<T> src = source_of(x, n, list, st);
   const Key prefix = st->prefix, mask = st->mask;
-  const int coarse_shift = d.width - cuda_topk_coarse_bits;
-  const unsigned lane = threadIdx.x % 32;
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  // Warp-uniform trip count (the loop runs while the warp's first lane is in range), so every
-  // lane reaches __match_any_sync together.
-  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i - lane < n; i += stride) {
-    unsigned int digit = 0xFFFFFFFFu;  // no digit has this value: lanes without a match
-    if (i < n) {
-      const Key key = magnitude_key(x[i]);
-      if ((key & mask) == prefix) digit = static_cast<unsigned int>((key >> d.shift) & ((Key{1} << d.width) - 1));
-    }
-    const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
-    if (digit != 0xFFFFFFFFu) {
-      if (lane == static_cast<unsigned>(__ffs(peers) - 1)) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(fine + digit),
-                  static_cast<unsigned long long>(__popc(peers)));
-      }
-      atomicAdd(&local[digit >> coarse_shift], 1u);
+  const std::uint64_t runs = (src.count + 7) / 8;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  // Block-uniform trip count: every lane reaches add_digit's __match_any_sync together.
+  for (std::uint64_t base = std::uint64_t{blockIdx.x} * blockDim.x; base < runs; base += stride) {
+    const run_of_8 r = run_at(base + threadIdx.x, src.count);
+    T v[8] = {};
+    load_run(src.values, r.first, r.valid, v);
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      add_digit(bins, k < r.valid ? digit_of(magnitude_key(v[k]), prefix, mask, d) : topk_no_digit);
     }
   }
-  __syncthreads();
-  for (int b = threadIdx.x; b < coarse_bins; b += blockDim.x) {
-    if (local[b] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(coarse + b), local[b]);
-  }
+  flush_bins(bins, hist);
 }
 
 /**
- * One block finds, in hist[0 .. bins) (bins <= 4 x 1024), the bin holding the rank-th largest,
- * and the count of elements in higher bins. Every thread gets the answer.
+ * One block finds, in hist[0 .. bins), the bin holding the rank-th largest, the count of
+ * elements in higher bins and the count in the bin. Every thread gets the answer.
  */
-__device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std::uint64_t rank,
-                                       int& bin, std::uint64_t& above) {
+__device__ inline void block_find_rank(const unsigned long long* hist, int bins, std::uint64_t rank, int& bin,
+                                       std::uint64_t& above, std::uint64_t& in_bin) {
   using scan_t = cub::BlockScan<std::uint64_t, cuda_topk_select_threads>;
   __shared__ typename scan_t::TempStorage temp;
   __shared__ int found_bin;
-  __shared__ std::uint64_t found_above;
+  __shared__ std::uint64_t found_above, found_count;
   const int per = (bins + cuda_topk_select_threads - 1) / cuda_topk_select_threads;
   const int first = static_cast<int>(threadIdx.x) * per;
   // Thread t owns descending positions [t * per, (t + 1) * per): bins from the top down.
@@ -104,13 +151,14 @@ __device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std:
   for (int p = first; p < first + per && p < bins; ++p) mine += hist[bins - 1 - p];
   std::uint64_t before = 0;
   scan_t(temp).ExclusiveSum(mine, before);
-  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank
+  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank, in its own bins
     std::uint64_t acc = before;
-    for (int p = first; p < bins; ++p) {
+    for (int p = first; p < first + per && p < bins; ++p) {
       const std::uint64_t c = hist[bins - 1 - p];
       if (acc + c >= rank) {
         found_bin = bins - 1 - p;
         found_above = acc;
+        found_count = c;
         break;
       }
       acc += c;
@@ -119,74 +167,167 @@ __device__ inline void block_find_rank(const std::uint64_t* hist, int bins, std:
   __syncthreads();
   bin = found_bin;
   above = found_above;
+  in_bin = found_count;
 }
 
+/// One block: picks digit d's bin, narrows the state, and zeroes the bins for the next pass.
 template <class Key>
 __global__ __launch_bounds__(cuda_topk_select_threads)
-void narrow_select_kernel(const std::uint64_t* hist, radix_digit d, cuda_topk_state<Key>* st) {
+void topk_select_kernel(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
+  if (st->resolved != 0) return;  // nothing was counted: the bins are still zero
+  const int bins = 1 << d.width;
   int bin = 0;
-  std::uint64_t above = 0;
-  block_find_rank(hist, 1 << d.width, st->rank, bin, above);
-  if (threadIdx.x == 0) narrow_state(st, d, bin, above);
+  std::uint64_t above = 0, in_bin = 0;
+  block_find_rank(hist, bins, st->rank, bin, above, in_bin);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) hist[b] = 0;
+  if (threadIdx.x == 0) narrow_state(st, d, bin, above, in_bin);
 }
 
-template <class Key>
-__global__ __launch_bounds__(cuda_topk_select_threads)
-void wide_select_kernel(const std::uint64_t* fine, const std::uint64_t* coarse,
-                        radix_digit d, cuda_topk_state<Key>* st) {
-  const int window = 1 << (d.width - cuda_topk_coarse_bits);
-  int c = 0, f = 0;
-  std::uint64_t above_coarse = 0, above_fine = 0;
-  const std::uint64_t rank = st->rank;
-  block_find_rank(coarse, 1 << cuda_topk_coarse_bits, rank, c, above_coarse);
-  __syncthreads();
-  block_find_rank(fine + static_cast<std::uint64_t>(c) * window, window, rank - above_coarse, f,
-                  above_fine);
-  if (threadIdx.x == 0) narrow_state(st, d, c * window + f, above_coarse + above_fine);
-}
-
-/// Scratch layout of the device top-k.
-template <class Key>
-struct cuda_topk_scratch {
-  std::uint64_t* narrow;  // 4096 bins
-  std::uint64_t* fine;    // 2^20 bins
-  std::uint64_t* coarse;  // 1024 bins
-  cuda_topk_state<Key>* state;
-  void* scan_temp;
-  std::size_t scan_bytes;
-
-  static constexpr std::size_t narrow_bins = 4096;
-  static constexpr std::size_t fine_bins = std::size_t{1} << cuda_topk_wide_bits;
-  static constexpr std::size_t coarse_bins = std::size_t{1} << cuda_topk_coarse_bits;
-  static constexpr std::size_t counters_bytes = (narrow_bins + fine_bins + coarse_bins) * 8;
-
-  cuda_topk_scratch(std::byte* base, std::size_t scan)
-      : narrow(reinterpret_cast<std::uint64_t*>(base)),
-        fine(narrow + narrow_bins),
-        coarse(fine + fine_bins),
-        state(reinterpret_cast<cuda_topk_state<Key>*>(base + counters_bytes)),
-        scan_temp(base + counters_bytes + 256),
-        scan_bytes(scan) {}
+/// Shared storage of a compaction tile: the block scan, the tile id and the tile's base.
+struct topk_tile_storage {
+  cub::BlockScan<std::uint64_t, topk_policy::threads>::TempStorage scan;
+  std::uint64_t id;
+  std::uint64_t base[2];
 };
 
-template <class T, class Sink>
-std::size_t cuda_topk_scan_bytes(cudaStream_t stream, std::uint64_t n) {
-  using Key = key_type_t<T>;
-  std::size_t bytes = 0;
-  auto its = topk_scan_iterators<T, Key>(nullptr, nullptr, Sink{});
-  GRADZIP_CUDA_TRY(cub::DeviceScan::InclusiveScan(nullptr, bytes, its.first, its.second,
-                                                  topk_scan_op<T>{}, n, stream));
-  return bytes;
+/**
+ * The candidate list: every element of x whose key is at least the first digit's chosen bin's
+ * lowest (st->prefix), in index order, written while it fits; st->candidates gets their count.
+ * On the way, digit `next` of the keys in that bin goes to hist (unless T is resolved).
+ */
+template <class T, class Key>
+__global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
+void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
+                         radix_digit next, unsigned long long* hist, std::uint64_t* status) {
+  using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
+  __shared__ unsigned bins[topk_digit_bins];
+  __shared__ topk_tile_storage s;
+  zero_bins(bins);
+  const Key low = st->prefix, mask = st->mask;
+  const bool count_next = st->resolved == 0;
+  const std::uint64_t tiles = topk_tiles(n);
+  for (;;) {
+    const std::uint64_t tile = claim_tile(&st->tickets[0], &s.id);
+    if (tile >= tiles) break;
+    const run_of_8 r = run_at(tile * topk_policy::threads + threadIdx.x, n);
+    T v[8] = {};
+    load_run(x, r.first, r.valid, v);
+    unsigned kept = 0;
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      const Key key = magnitude_key(v[k]);
+      if (k < r.valid && key >= low) kept |= 1u << k;
+      add_digit(bins, k < r.valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
+    }
+    std::uint64_t rank = 0, total = 0;
+    scan_t(s.scan).ExclusiveSum(std::uint64_t(__popc(kept)), rank, total);
+    if (threadIdx.x == 0) {
+      s.base[0] = tile_lookback(status, tile, total);
+      if (tile == tiles - 1) st->candidates = s.base[0] + total;
+    }
+    __syncthreads();
+    const std::uint64_t at0 = s.base[0] + rank;
+#pragma unroll 1
+    for (unsigned bits = kept; bits != 0; bits &= bits - 1) {  // about 1.1 k / n of the elements
+      const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1);
+      const std::uint64_t at = at0 + __popc(kept & ((1u << k) - 1));
+      if (at < list.capacity) {
+        list.index[at] = r.first + k;
+        list.values[at] = pick(v, k);
+      }
+    }
+    __syncthreads();  // the scan's storage and the base are reused for the next tile
+  }
+  flush_bins(bins, hist);
 }
 
-/// Scratch of the device top-k. The scan's size is queried with one canonical sink type here
-/// and in cuda_topk, so the codec's sizing and the select's request always agree (a codec that
-/// keeps values in scratch after this block relies on it); CUB's storage does not depend on the
-/// output iterator, and would fail loudly, not silently, if it ever did.
+/**
+ * Emits the selection from the list (or x): keys above T, then the first ties_to_take keys equal
+ * to T, each at its rank in index order: (keys above T before it) + min(ties before it,
+ * ties_to_take). Two counts, so two look-backs; a thread's pair travels as one u64 (32-bit halves:
+ * a tile has at most 2,048 of each).
+ */
+template <class T, class Key, class Sink>
+__global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
+void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
+                      std::uint64_t* status, Sink sink) {
+  using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
+  __shared__ topk_tile_storage s;
+  const topk_source<T> src = source_of(x, n, list, st);
+  const Key threshold = st->threshold;
+  const std::uint64_t take = st->ties_to_take;
+  const std::uint64_t tiles = topk_tiles(src.count), stride = topk_tiles(n);  // the words are laid out for x
+  for (;;) {
+    const std::uint64_t tile = claim_tile(&st->tickets[1], &s.id);
+    if (tile >= tiles) break;
+    const run_of_8 r = run_at(tile * topk_policy::threads + threadIdx.x, src.count);
+    T v[8] = {};
+    load_run(src.values, r.first, r.valid, v);
+    unsigned above = 0, tie = 0;
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      const Key key = magnitude_key(v[k]);
+      if (k < r.valid && key > threshold) above |= 1u << k;
+      if (k < r.valid && key == threshold) tie |= 1u << k;
+    }
+    std::uint64_t rank = 0, total = 0;
+    const std::uint64_t pair = (std::uint64_t(__popc(above)) << 32) | std::uint64_t(__popc(tie));
+    scan_t(s.scan).ExclusiveSum(pair, rank, total);
+    if (threadIdx.x == 0) {  // count c of tile t is word c * stride + t (tiles <= stride)
+      s.base[0] = tile_lookback(status, tile, total >> 32);
+      s.base[1] = tile_lookback(status + stride, tile, total & 0xFFFFFFFFu);
+    }
+    __syncthreads();
+    const std::uint64_t a0 = s.base[0] + (rank >> 32), t0 = s.base[1] + (rank & 0xFFFFFFFFu);
+    // One sink call site, in a loop over the run's set bits (rare outside the list): unrolling it
+    // 8 times costs registers that the sink's quantizer needs.
+#pragma unroll 1
+    for (unsigned bits = above | tie; bits != 0; bits &= bits - 1) {
+      const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1), lower = (1u << k) - 1;
+      const std::uint64_t a = a0 + __popc(above & lower), t = t0 + __popc(tie & lower);
+      if ((above >> k) & 1u) {
+        sink(a + (t < take ? t : take), src.index_of(r.first + k), pick(v, k));
+      } else if (t < take) {
+        sink(a + t, src.index_of(r.first + k), pick(v, k));
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/// Scratch of the device top-k, each part 256-byte aligned: the state, the bins, the tile words
+/// (1 count for the compaction, 2 for the emit), the list's indices and values.
 template <class T>
-std::size_t cuda_topk_workspace_bytes(cudaStream_t stream, std::uint64_t n) {
-  return cuda_topk_scratch<key_type_t<T>>::counters_bytes + 256 +
-         cuda_topk_scan_bytes<T, payload_sink<T, quantize::none, encode::coo>>(stream, n);
+struct cuda_topk_scratch {
+  using Key = key_type_t<T>;
+  static constexpr std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
+  static std::size_t words_bytes(std::uint64_t n) { return align(3 * topk_tiles(n) * sizeof(std::uint64_t)); }
+  static constexpr std::size_t bins_bytes = topk_digit_bins * sizeof(unsigned long long);
+  static std::size_t bytes(std::uint64_t n) {
+    const std::uint64_t c = cuda_topk_list_capacity(n);
+    return 256 + bins_bytes + words_bytes(n) + align(c * sizeof(std::uint64_t)) + align(c * sizeof(T));
+  }
+
+  cuda_topk_state<Key>* state;
+  unsigned long long* hist;
+  std::uint64_t* words;  // right after hist: one memset zeroes both
+  topk_list<T> list;
+
+  cuda_topk_scratch(std::byte* base, std::uint64_t n)
+      : state(reinterpret_cast<cuda_topk_state<Key>*>(base)),
+        hist(reinterpret_cast<unsigned long long*>(base + 256)),
+        words(reinterpret_cast<std::uint64_t*>(base + 256 + bins_bytes)) {
+    const std::uint64_t c = cuda_topk_list_capacity(n);
+    std::byte* at = base + 256 + bins_bytes + words_bytes(n);
+    list.index = reinterpret_cast<std::uint64_t*>(at);
+    list.values = reinterpret_cast<T*>(at + align(c * sizeof(std::uint64_t)));
+    list.capacity = c;
+  }
+};
+
+template <class T>
+std::size_t cuda_topk_workspace_bytes(std::uint64_t n) {
+  return cuda_topk_scratch<T>::bytes(n);
 }
 
 /**
@@ -200,30 +341,23 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
   const cudaStream_t stream = exec.stream();
-  const std::size_t total = cuda_topk_workspace_bytes<T>(stream, n);
-  const std::size_t scan_bytes = total - cuda_topk_scratch<Key>::counters_bytes - 256;
-  cuda_topk_scratch<Key> s(exec.scratch(total), scan_bytes);
-
+  cuda_topk_scratch<T> s(exec.scratch(cuda_topk_workspace_bytes<T>(n)), n);
   launch(topk_init_kernel<Key>, 1, 1, 0, stream, s.state, k);
+  GRADZIP_CUDA_TRY(cudaMemsetAsync(s.hist, 0, s.bins_bytes + s.words_bytes(n), stream));
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
-  const unsigned grid = grid_for(exec, n, block_threads, 4);
-  for (int level = 0; level < levels; ++level) {
-    const radix_digit d = digits[level];
-    if (d.width <= 12) {
-      GRADZIP_CUDA_TRY(cudaMemsetAsync(s.narrow, 0, (std::size_t{1} << d.width) * 8, stream));
-      launch(narrow_histogram_kernel<T, Key, 4096>, grid, block_threads, 0, stream, x.data(), n, s.state, d, s.narrow);
-      launch(narrow_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.narrow, d, s.state);
-    } else {
-      GRADZIP_CUDA_TRY(cudaMemsetAsync(s.fine, 0, (s.fine_bins + s.coarse_bins) * 8, stream));
-      launch(wide_histogram_kernel<T, Key>, grid, block_threads, 0, stream, x.data(), n, s.state, d, s.fine, s.coarse);
-      launch(wide_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.fine, s.coarse, d, s.state);
-    }
+  const unsigned grid = grid_for_policy<topk_policy>(exec, n);
+  const auto threads = topk_policy::threads;
+  launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[0], s.hist);
+  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[0], s.state);
+  launch(topk_compact_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[1], s.hist, s.words);
+  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[1], s.state);
+  for (int level = 2; level < levels; ++level) {
+    launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[level], s.hist);
+    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[level], s.state);
   }
-  auto its = topk_scan_iterators<T, Key>(x.data(), s.state, sink);
-  std::size_t bytes = s.scan_bytes;
-  GRADZIP_CUDA_TRY(cub::DeviceScan::InclusiveScan(s.scan_temp, bytes, its.first, its.second,
-                                                  topk_scan_op<T>{}, n, stream));
+  launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, s.list, s.state,
+         s.words + topk_tiles(n), sink);
 }
 
 /// The dense emit's launch: a run of 8 consecutive elements per thread and step (`load_run`).
@@ -286,8 +420,8 @@ struct implicit_backend<cuda> {
 template <>
 struct structure_backend<cuda, sparsify::topk> {
   template <class T>
-  static std::size_t workspace_bytes(cuda& exec, std::size_t n) {
-    return cuda_topk_workspace_bytes<T>(exec.stream(), n);
+  static std::size_t workspace_bytes(cuda&, std::size_t n) {
+    return cuda_topk_workspace_bytes<T>(n);
   }
   template <class T, class Sink>
   static void select(cuda& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,

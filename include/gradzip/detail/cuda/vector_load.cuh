@@ -65,6 +65,17 @@ __device__ inline void place(words4* g, int k, T value) {
 
 }  // namespace vector_load_detail
 
+/// Tells nvcc that p points to global memory. A pointer chosen at run time between two arrays
+/// (x or a scratch list) otherwise makes its loads generic (ld.v4), not ld.global.v4.
+template <class T>
+__device__ inline void assume_global(const T* p) {
+#if defined(__CUDA_ARCH__)
+  __builtin_assume(__isGlobal(p));
+#else
+  static_cast<void>(p);
+#endif
+}
+
 /// How many of the 8 elements of the run starting at `first` lie below `end`: 0 to 8.
 GRADZIP_HOST_DEVICE inline unsigned run_length(std::uint64_t first, std::uint64_t end) {
   return first < end ? static_cast<unsigned>(end - first < 8 ? end - first : 8) : 0u;

@@ -1,0 +1,72 @@
+// Single-pass tile prefixes: decoupled look-back (Merrill & Garland, "Single-pass Parallel Prefix
+// Scan with Decoupled Look-back", NVIDIA 2016) over dynamic tile ids.
+//
+// A kernel that compacts in index order needs, for each tile, the count of kept elements in all
+// earlier tiles. With look-back it reads its input once: a tile publishes its own count (an
+// aggregate) as soon as it has it, then walks back over earlier tiles' words, summing aggregates
+// until it meets an inclusive prefix, and publishes its own inclusive prefix.
+//
+// Tiles are numbered by a ticket counter (`claim_tile`), not by blockIdx: a block waits only on
+// tiles claimed before its own, whose blocks are already running, so it never waits on a block
+// the GPU has not scheduled. The same rule makes the wait free on an executor that runs one block
+// at a time in any order (the SIMT backend): every earlier ticket has then been completed.
+#pragma once
+
+#include <cstdint>
+
+#include "gradzip/core/config.hpp"
+
+namespace gradzip::detail {
+
+/// A tile's status word: 2 flag bits over a 62-bit count. Zero (no flag) means not yet published.
+struct tile_status {
+  static constexpr std::uint64_t aggregate = 1ull << 62;  ///< the tile's own count
+  static constexpr std::uint64_t inclusive = 2ull << 62;  ///< the count of this tile and every earlier one
+  static constexpr std::uint64_t value_mask = (1ull << 62) - 1;
+};
+
+/// Thread 0 of the block: the next tile id (one atomic on the counter), for the whole block.
+__device__ inline std::uint64_t claim_tile(unsigned long long* ticket, std::uint64_t* shared_id) {
+  if (threadIdx.x == 0) *shared_id = atomicAdd(ticket, 1ull);
+  __syncthreads();
+  const std::uint64_t id = *shared_id;
+  __syncthreads();  // every thread has read it before thread 0 may claim the next
+  return id;
+}
+
+/// Publishes `word` (a flag and a count) for the tiles that will read it.
+__device__ inline void publish_status(std::uint64_t* status, std::uint64_t word) {
+  atomicExch(reinterpret_cast<unsigned long long*>(status), static_cast<unsigned long long>(word));
+}
+
+/// The status word as it is now, read past the caches of this SM (other blocks write it).
+__device__ inline std::uint64_t observe_status(const std::uint64_t* status) {
+  return *static_cast<const volatile std::uint64_t*>(status);
+}
+
+/**
+ * Thread 0 only. Publishes `aggregate` as tile `tile`'s count in words[tile], waits for and sums
+ * the earlier tiles' words back to the nearest inclusive prefix, publishes this tile's inclusive
+ * prefix, and returns the exclusive one (the count in all earlier tiles). words[0 .. tiles) are
+ * zeroed before the launch. A kernel with two counts gives each its own words, so one count's
+ * look-back never reads the other's.
+ */
+__device__ inline std::uint64_t tile_lookback(std::uint64_t* words, std::uint64_t tile, std::uint64_t aggregate) {
+  if (tile == 0) {
+    publish_status(words, tile_status::inclusive | aggregate);
+    return 0;
+  }
+  publish_status(words + tile, tile_status::aggregate | aggregate);
+  std::uint64_t sum = 0;
+  for (std::uint64_t t = tile; t-- > 0;) {
+    std::uint64_t w = 0;
+    while ((w = observe_status(words + t)) == 0) {
+    }
+    sum += w & tile_status::value_mask;
+    if ((w & ~tile_status::value_mask) == tile_status::inclusive) break;
+  }
+  publish_status(words + tile, tile_status::inclusive | (sum + aggregate));
+  return sum;
+}
+
+}  // namespace gradzip::detail

@@ -1,0 +1,88 @@
+// The CUDA top-k's plan: its digits, its state, how a select narrows the state, and how big its
+// candidate list may grow. GRADZIP_HOST_DEVICE and free of CUB; the kernels that use it are in
+// detail/cuda/topk.cuh, and the SIMT backend (tests/simt) executes them in CI.
+#pragma once
+
+#include <cstdint>
+
+#include "gradzip/core/element_type.hpp"
+#include "gradzip/detail/topk_select.hpp"
+
+namespace gradzip::detail {
+
+/// Threads of the one-block select kernels. 256, not 1024: ptxas gives them 80 registers on
+/// sm_90, and 80 x 1024 exceeds a block's 65,536 (the launch failed); at 256 each thread sums 8
+/// of the 2,048 bins, and tools/check_kernels.py guards the fit.
+inline constexpr int cuda_topk_select_threads = 256;
+
+/// Until the compaction has run, the candidate list holds nothing a pass may read.
+inline constexpr std::uint64_t cuda_topk_no_list = ~std::uint64_t{0};
+
+template <class Key>
+struct cuda_topk_state {
+  Key prefix;                     // the digits chosen so far
+  Key mask;                       // their bits
+  Key threshold;                  // T, once resolved: keys above T are taken, and ties_to_take keys equal to T
+  std::uint64_t rank;             // rank of T among the keys that match the prefix
+  std::uint64_t ties_to_take;
+  std::uint64_t resolved;         // 1 once T is known: at the last digit, or when a bin is taken whole
+  std::uint64_t candidates;       // elements in the candidate list, or cuda_topk_no_list
+  unsigned long long tickets[2];  // tile ids of the compaction and the emit (lookback.cuh)
+};
+
+/// One radix digit: bits [shift, shift + width) of the key.
+struct radix_digit {
+  int shift;
+  int width;
+};
+
+/// The digits of the device select: 11 bits each from the top, as the host's, the last one
+/// narrower (31 = 11 + 11 + 9 for float keys, 63 = 5 x 11 + 8 for double). 2,048 bins fit a
+/// block's shared memory, so no pass needs global per-bin counters.
+GRADZIP_HOST_DEVICE inline int cuda_topk_digits(int key_bits, radix_digit* out) {
+  int count = 0;
+  for (int high = key_bits; high > 0;) {
+    const int w = topk_digit_bits < high ? topk_digit_bits : high;
+    out[count++] = radix_digit{high - w, w};
+    high -= w;
+  }
+  return count;
+}
+
+/**
+ * The select chose bin `digit` of digit d, holding `in_bin` keys, with `above` keys in higher
+ * bins. Narrows the prefix, and resolves T at the last digit or as soon as the whole bin is
+ * taken (rank == in_bin): then every key >= the bin's lowest is taken, which is "above
+ * prefix - 1" with no ties. A bin whose lowest key is 0 never stops early (prefix - 1 would wrap).
+ */
+template <class Key>
+GRADZIP_HOST_DEVICE void narrow_state(cuda_topk_state<Key>* st, radix_digit d, int digit, std::uint64_t above,
+                                      std::uint64_t in_bin) {
+  st->rank -= above;
+  st->prefix |= static_cast<Key>(digit) << d.shift;
+  st->mask |= ((Key{1} << d.width) - 1) << d.shift;
+  if (d.shift == 0) {
+    st->threshold = st->prefix;
+    st->ties_to_take = st->rank;
+    st->resolved = 1;
+  } else if (st->rank == in_bin && st->prefix != 0) {
+    st->threshold = st->prefix - 1;
+    st->ties_to_take = 0;
+    st->resolved = 1;
+  }
+}
+
+/**
+ * Entries of the candidate list for n elements. The list holds every element whose key is at
+ * least the lowest of the first digit's chosen bin: the k largest and the rest of that bin (a
+ * bin spans an eighth of an octave). On the synthetic gradient that is 1.07-1.25 k for k from
+ * 0.1 % to 10 % of n (2^20 and 2^24 elements), so n / 8 leaves room up to about k = 10 %;
+ * beyond, the later passes read x instead (the same bytes).
+ */
+GRADZIP_HOST_DEVICE inline std::uint64_t cuda_topk_list_capacity(std::uint64_t n) {
+  const std::uint64_t floor = std::uint64_t{1} << 16;
+  const std::uint64_t c = n / 8 > floor ? n / 8 : floor;
+  return c < n ? c : n;
+}
+
+}  // namespace gradzip::detail

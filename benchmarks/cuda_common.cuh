@@ -45,26 +45,26 @@ inline void flush_l2(cudaStream_t stream) {
   GRADZIP_CUDA_TRY(cudaMemsetAsync(buffer, 0, bytes, stream));
 }
 
-/// Seconds of `body` between two CUDA events, the L2 flushed before it: the median of `runs`.
+/// Seconds of one run of `body` between two CUDA events, the L2 flushed before it.
 template <class Body>
-double median_seconds(cudaStream_t stream, int runs, Body&& body, std::vector<double>* each = nullptr) {
+double time_once(cudaStream_t stream, Body&& body) {
   cudaEvent_t start, stop;
   GRADZIP_CUDA_TRY(cudaEventCreate(&start));
   GRADZIP_CUDA_TRY(cudaEventCreate(&stop));
-  std::vector<double> s;
-  for (int r = 0; r < runs; ++r) {
-    flush_l2(stream);
-    GRADZIP_CUDA_TRY(cudaEventRecord(start, stream));
-    body();
-    GRADZIP_CUDA_TRY(cudaEventRecord(stop, stream));
-    GRADZIP_CUDA_TRY(cudaEventSynchronize(stop));
-    float ms = 0;
-    GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
-    s.push_back(ms / 1e3);
-  }
+  flush_l2(stream);
+  GRADZIP_CUDA_TRY(cudaEventRecord(start, stream));
+  body();
+  GRADZIP_CUDA_TRY(cudaEventRecord(stop, stream));
+  GRADZIP_CUDA_TRY(cudaEventSynchronize(stop));
+  float ms = 0;
+  GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (each != nullptr) *each = s;
+  return ms / 1e3;
+}
+
+inline double median_of(std::vector<double> s) {
+  if (s.empty()) return 0.0;
   std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
   return s[s.size() / 2];
 }
@@ -78,13 +78,10 @@ double time_events(benchmark::State& state, cudaStream_t stream, std::size_t inp
   body();  // warm-up
   std::vector<double> each;
   for (auto _ : state) {
-    std::vector<double> one;
-    median_seconds(stream, 1, body, &one);
-    state.SetIterationTime(one[0]);
-    each.push_back(one[0]);
+    each.push_back(time_once(stream, body));
+    state.SetIterationTime(each.back());
   }
-  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
-  const double median = each.empty() ? 0.0 : each[each.size() / 2];
+  const double median = median_of(each);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * input_bytes));
   state.counters["median_us"] = median * 1e6;
   state.counters["input_GBps"] = median > 0 ? input_bytes / median / 1e9 : 0.0;
@@ -132,7 +129,9 @@ inline double copy_roofline(std::size_t bytes, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::max<std::size_t>(1, std::min(wanted, cap)));
   const auto copy = [&] { copy_roofline_kernel<uint4><<<grid, 256, 0, stream>>>(a, b, words); };
   copy();
-  const double seconds = median_seconds(stream, 50, copy);
+  std::vector<double> runs;
+  for (int r = 0; r < 50; ++r) runs.push_back(time_once(stream, copy));
+  const double seconds = median_of(runs);
   cudaFree(a);
   cudaFree(b);
   return bytes / seconds;

@@ -80,9 +80,7 @@ GRADZIP_HOST_DEVICE void narrow_state(cuda_topk_state<Key>* st, radix_digit d, i
  * beyond, the later passes read x instead (the same bytes).
  */
 GRADZIP_HOST_DEVICE inline std::uint64_t cuda_topk_list_capacity(std::uint64_t n) {
-  const std::uint64_t floor = std::uint64_t{1} << 16;
-  const std::uint64_t c = n / 8 > floor ? n / 8 : floor;
-  return c < n ? c : n;
+  return topk_candidate_capacity(n, std::uint64_t{1} << 16);
 }
 
 }  // namespace gradzip::detail

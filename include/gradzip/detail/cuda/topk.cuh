@@ -295,40 +295,20 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
   }
 }
 
-/// Scratch of the device top-k, each part 256-byte aligned: the state, the bins, the tile words
-/// (1 count for the compaction, 2 for the emit), the list's indices and values.
+/// Byte offsets of the device top-k's scratch, each part 256-byte aligned: the state, the bins
+/// and the tile words (contiguous, so one memset zeroes both; 1 count for the compaction, 2 for
+/// the emit), then the list's indices and values.
 template <class T>
-struct cuda_topk_scratch {
-  using Key = key_type_t<T>;
-  static constexpr std::size_t align(std::size_t b) { return (b + 255) / 256 * 256; }
-  static std::size_t words_bytes(std::uint64_t n) { return align(3 * topk_tiles(n) * sizeof(std::uint64_t)); }
-  static constexpr std::size_t bins_bytes = topk_digit_bins * sizeof(unsigned long long);
-  static std::size_t bytes(std::uint64_t n) {
-    const std::uint64_t c = cuda_topk_list_capacity(n);
-    return 256 + bins_bytes + words_bytes(n) + align(c * sizeof(std::uint64_t)) + align(c * sizeof(T));
-  }
-
-  cuda_topk_state<Key>* state;
-  unsigned long long* hist;
-  std::uint64_t* words;  // right after hist: one memset zeroes both
-  topk_list<T> list;
-
-  cuda_topk_scratch(std::byte* base, std::uint64_t n)
-      : state(reinterpret_cast<cuda_topk_state<Key>*>(base)),
-        hist(reinterpret_cast<unsigned long long*>(base + 256)),
-        words(reinterpret_cast<std::uint64_t*>(base + 256 + bins_bytes)) {
-    const std::uint64_t c = cuda_topk_list_capacity(n);
-    std::byte* at = base + 256 + bins_bytes + words_bytes(n);
-    list.index = reinterpret_cast<std::uint64_t*>(at);
-    list.values = reinterpret_cast<T*>(at + align(c * sizeof(std::uint64_t)));
-    list.capacity = c;
-  }
+struct cuda_topk_layout {
+  std::uint64_t capacity;  // list entries
+  std::size_t hist = 256, words, index, values, total;
+  explicit cuda_topk_layout(std::uint64_t n)
+      : capacity(cuda_topk_list_capacity(n)),
+        words(hist + topk_digit_bins * sizeof(unsigned long long)),
+        index(scratch_aligned(words + 3 * topk_tiles(n) * sizeof(std::uint64_t))),
+        values(scratch_aligned(index + capacity * sizeof(std::uint64_t))),
+        total(scratch_aligned(values + capacity * sizeof(T))) {}
 };
-
-template <class T>
-std::size_t cuda_topk_workspace_bytes(std::uint64_t n) {
-  return cuda_topk_scratch<T>::bytes(n);
-}
 
 /**
  * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
@@ -341,23 +321,29 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
   const cudaStream_t stream = exec.stream();
-  cuda_topk_scratch<T> s(exec.scratch(cuda_topk_workspace_bytes<T>(n)), n);
-  launch(topk_init_kernel<Key>, 1, 1, 0, stream, s.state, k);
-  GRADZIP_CUDA_TRY(cudaMemsetAsync(s.hist, 0, s.bins_bytes + s.words_bytes(n), stream));
+  const cuda_topk_layout<T> l(n);
+  std::byte* base = exec.scratch(l.total);
+  auto* state = reinterpret_cast<cuda_topk_state<Key>*>(base);
+  auto* hist = reinterpret_cast<unsigned long long*>(base + l.hist);
+  auto* words = reinterpret_cast<std::uint64_t*>(base + l.words);
+  const topk_list<T> list{reinterpret_cast<std::uint64_t*>(base + l.index), reinterpret_cast<T*>(base + l.values),
+                          l.capacity};
+  launch(topk_init_kernel<Key>, 1, 1, 0, stream, state, k);
+  GRADZIP_CUDA_TRY(cudaMemsetAsync(hist, 0, l.index - l.hist, stream));  // the bins and the tile words
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
   const unsigned grid = grid_for_policy<topk_policy>(exec, n);
   const auto threads = topk_policy::threads;
-  launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[0], s.hist);
-  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[0], s.state);
-  launch(topk_compact_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[1], s.hist, s.words);
-  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[1], s.state);
+  launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[0], hist);
+  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[0], state);
+  launch(topk_compact_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[1], hist, words);
+  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[1], state);
   for (int level = 2; level < levels; ++level) {
-    launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, s.list, s.state, digits[level], s.hist);
-    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, s.hist, digits[level], s.state);
+    launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[level], hist);
+    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[level], state);
   }
-  launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, s.list, s.state,
-         s.words + topk_tiles(n), sink);
+  launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, list, state,
+         words + topk_tiles(n), sink);
 }
 
 /// The dense emit's launch: a run of 8 consecutive elements per thread and step (`load_run`).
@@ -421,7 +407,7 @@ template <>
 struct structure_backend<cuda, sparsify::topk> {
   template <class T>
   static std::size_t workspace_bytes(cuda&, std::size_t n) {
-    return cuda_topk_workspace_bytes<T>(n);
+    return cuda_topk_layout<T>(n).total;
   }
   template <class T, class Sink>
   static void select(cuda& exec, const sparsify::topk&, span<const T> x, std::uint64_t k,

@@ -72,6 +72,20 @@ TEST_CASE("topk with ties straddling the threshold in many chunks", "[topk]") {
   CHECK(topk_indices(x, k, 3) == test::reference_topk(x, k));
 }
 
+TEST_CASE("topk ties at the threshold split across chunks from the candidate list", "[topk]") {
+  // 1,000 values above 3, 2,000 ties at exactly 3 scattered over every chunk, the rest below 1:
+  // the candidates (3,000) fit the list, so the ties are taken from it, lowest indices first.
+  auto x = random_floats(1 << 20, 21);
+  for (auto& v : x) v = std::fmod(v, 1.0f);
+  for (std::size_t j = 0; j < 3000; ++j) x[j * 349 + 5] = j % 3 == 0 ? 4.0f + static_cast<float>(j) : -3.0f;
+  for (std::uint64_t k : {1000ull, 1001ull, 2000ull, 2999ull, 3000ull}) {
+    INFO("k = " << k);
+    const auto want = test::reference_topk(x, k);
+    CHECK(topk_indices(x, k, 1) == want);
+    CHECK(topk_indices(x, k, 4) == want);
+  }
+}
+
 TEST_CASE("topk refines with extra reads when one bin holds too many candidates", "[topk]") {
   // All values share their top 11 key bits (same exponent, same top mantissa bits) and differ
   // only in the low bits: the candidate buffer would overflow, so the refinement path runs.

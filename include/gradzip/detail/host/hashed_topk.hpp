@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "gradzip/detail/codec_traits.hpp"
+#include "gradzip/detail/host/match_scan.hpp"
 #include "gradzip/detail/host/parallel.hpp"
-#include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/hash/hashed_topk.hpp"
 
 namespace gradzip::detail {
@@ -117,27 +117,12 @@ struct structure_backend<host, hash::hashed_topk> {
     return keys[rank - 1];
   }
 
-  /// f(i, key) for every i in [begin, end) whose magnitude key is >= tau, in order: 64 at a
-  /// time, a vectorized compare into a bit mask.
+  /// f(i, key) for every i in [begin, end) whose magnitude key is >= tau, in order.
   template <class T, class F>
   static void for_each_survivor(const T* data, std::uint64_t begin, std::uint64_t end, std::uint32_t tau, F&& f) {
-    const auto key_of = [&](std::uint64_t i) { return sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i]))); };
-    std::uint64_t i = begin;
-    for (; i + 64 <= end; i += 64) {
-      std::uint8_t flag[64];
-      for (int b = 0; b < 64; ++b) flag[b] = key_of(i + b) >= tau ? 1 : 0;
-      std::uint32_t low = 0, high = 0;
-      pack_32(flag, 1, &low);
-      pack_32(flag + 32, 1, &high);
-      for (std::uint64_t mask = low | (static_cast<std::uint64_t>(high) << 32); mask != 0; mask &= mask - 1) {
-        const std::uint64_t j = i + static_cast<std::uint64_t>(__builtin_ctzll(mask));
-        f(j, key_of(j));
-      }
-    }
-    for (; i < end; ++i) {
-      const std::uint32_t key = key_of(i);
-      if (key >= tau) f(i, key);
-    }
+    const auto key_of = [](const T& v) { return sparsify::detail::magnitude_key(static_cast<float>(to_float(v))); };
+    for_each_match(data, begin, end, [&](const T& v) { return key_of(v) >= tau; },
+                   [&](std::uint64_t i) { f(i, key_of(data[i])); });
   }
 };
 

@@ -109,22 +109,11 @@ struct structure_backend<host, sparsify::sampled_topk> {
         const int b = local.bin_of(sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i]))));
         if (b >= 0) ++h[b];
       };
-      std::size_t i = r.begin;
-      // Most keys lie below the bracket: 64 at a time, a vectorized compare into a bit mask
-      // (threshold's emit does the same), and only the set bits are binned.
-      for (; i + 64 <= r.end; i += 64) {
-        std::uint8_t flag[64];
-        for (int l = 0; l < 64; ++l) {
-          flag[l] = sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i + l]))) >= local.lo ? 1 : 0;
-        }
-        std::uint32_t low = 0, high = 0;
-        pack_32(flag, 1, &low);
-        pack_32(flag + 32, 1, &high);
-        for (std::uint64_t mask = low | (static_cast<std::uint64_t>(high) << 32); mask != 0; mask &= mask - 1) {
-          add(i + static_cast<std::size_t>(__builtin_ctzll(mask)));
-        }
-      }
-      for (; i < r.end; ++i) add(i);
+      // Most keys lie below the bracket: only those at or above its low end are binned.
+      const auto in_bracket = [&](const T& v) {
+        return sparsify::detail::magnitude_key(static_cast<float>(to_float(v))) >= local.lo;
+      };
+      for_each_match(data, r.begin, r.end, in_bracket, add);
     });
     for (std::size_t c = 1; c < chunks; ++c) {
       for (std::size_t b = 0; b < width; ++b) hist[b] += hist[c * width + b];

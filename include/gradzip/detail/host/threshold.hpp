@@ -5,8 +5,8 @@
 
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/codec_traits.hpp"
+#include "gradzip/detail/host/match_scan.hpp"
 #include "gradzip/detail/host/parallel.hpp"
-#include "gradzip/detail/host/quantize.hpp"
 #include "gradzip/sparsify/threshold.hpp"
 
 namespace gradzip::detail {
@@ -50,25 +50,8 @@ struct structure_backend<host, sparsify::threshold> {
         const index_range r = chunk_of(x.size(), chunks, c);
         const T* data = x.data();
         const Sink local = sink;
-        std::size_t i = r.begin;
-        // 64 elements at a time: a vectorized compare into a bit mask, so the common case (none
-        // pass) costs no branch per element; the set bits are then visited in order.
-        for (; i + 64 <= r.end; i += 64) {
-          std::uint8_t flag[64];
-          for (int l = 0; l < 64; ++l) flag[l] = sparsify::detail::passes(to_float(data[i + l]), t) ? 1 : 0;
-          std::uint32_t low = 0, high = 0;
-          pack_32(flag, 1, &low);
-          pack_32(flag + 32, 1, &high);
-          std::uint64_t mask = low | (static_cast<std::uint64_t>(high) << 32);
-          while (mask != 0) {
-            const int l = __builtin_ctzll(mask);
-            local(pos++, i + l, data[i + l]);
-            mask &= mask - 1;
-          }
-        }
-        for (; i < r.end; ++i) {
-          if (sparsify::detail::passes(to_float(data[i]), t)) local(pos++, i, data[i]);
-        }
+        for_each_match(data, r.begin, r.end, [t](const T& v) { return sparsify::detail::passes(to_float(v), t); },
+                       [&](std::uint64_t i) { local(pos++, i, data[i]); });
       });
     });
   }

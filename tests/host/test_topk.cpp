@@ -73,16 +73,47 @@ TEST_CASE("topk with ties straddling the threshold in many chunks", "[topk]") {
 }
 
 TEST_CASE("topk ties at the threshold split across chunks from the candidate list", "[topk]") {
-  // 1,000 values above 3, 2,000 ties at exactly 3 scattered over every chunk, the rest below 1:
-  // the candidates (3,000) fit the list, so the ties are taken from it, lowest indices first.
-  auto x = random_floats(1 << 20, 21);
-  for (auto& v : x) v = std::fmod(v, 1.0f);
-  for (std::size_t j = 0; j < 3000; ++j) x[j * 349 + 5] = j % 3 == 0 ? 4.0f + static_cast<float>(j) : -3.0f;
-  for (std::uint64_t k : {1000ull, 1001ull, 2000ull, 2999ull, 3000ull}) {
-    INFO("k = " << k);
+  // `above` values above 3, 2 x `above` ties at exactly 3 scattered over every chunk, the rest
+  // below 1: the ties are taken from the candidate list, lowest indices first. With 1,000 above
+  // both thread counts take the one-read path; with 10,000 above, 4 threads (a quarter of the
+  // list each) skip it and take the histogram and the list.
+  for (std::size_t above : {std::size_t{1000}, std::size_t{10000}}) {
+    auto x = random_floats(1 << 20, 21);
+    for (auto& v : x) v = std::fmod(v, 1.0f);
+    for (std::size_t j = 0; j < 3 * above; ++j) {
+      x[j * (x.size() / (3 * above)) + 5] = j % 3 == 0 ? 4.0f + static_cast<float>(j) : -3.0f;
+    }
+    for (std::uint64_t k : {above, above + 1, 2 * above, 3 * above - 1, 3 * above}) {
+      INFO("above = " << above << ", k = " << k);
+      const auto want = test::reference_topk(x, k);
+      CHECK(topk_indices(x, k, 1) == want);
+      CHECK(topk_indices(x, k, 4) == want);
+    }
+  }
+}
+
+TEST_CASE("topk falls back from one read when the sample misleads it", "[topk]") {
+  const std::size_t n = 1 << 20;
+  const std::size_t m = detail::host_topk_sample_size(n);
+  REQUIRE(m == 16384);
+  SECTION("the sample sees only the largest keys: fewer than k lie above its bound") {
+    auto x = random_floats(n, 31);
+    for (std::size_t j = 0; j < m; ++j) x[j * n / m] = 100.0f + static_cast<float>(j % 7);
+    for (std::uint64_t k : {std::uint64_t{20000}, std::uint64_t{16385}}) {
+      const auto want = test::reference_topk(x, k);
+      CHECK(topk_indices(x, k, 1) == want);
+      CHECK(topk_indices(x, k, 2) == want);
+    }
+  }
+  SECTION("the sample misses a chunk of large keys: that chunk overflows its share of the list") {
+    auto x = random_floats(n, 32);
+    for (std::size_t i = 0; i < n / 2; ++i) {
+      if (i % (n / m) != 0) x[i] = 50.0f + x[i];  // large unless sampled
+    }
+    const std::uint64_t k = n / 100;
     const auto want = test::reference_topk(x, k);
     CHECK(topk_indices(x, k, 1) == want);
-    CHECK(topk_indices(x, k, 4) == want);
+    CHECK(topk_indices(x, k, 2) == want);
   }
 }
 

@@ -1,18 +1,22 @@
-// Host top-k: an O(n) radix select on magnitude keys, two reads of the input.
+// Host top-k: an O(n) selection on magnitude keys, one read of the input when k is small.
 //
-//   read 1  histogram of the top 11 key bits, per chunk (4 interleaved sub-histograms to break
-//           the store-to-load dependency on runs of equal bins). The bin that holds the k-th
-//           largest fixes, per chunk, how many keys lie at or above that bin's lowest key.
-//   read 2  per chunk, gather those (index, value) pairs into a list at offsets known from the
-//           counts: the list is in index order. On a gradient it holds a little more than k.
-//   then    the threshold T is the k-th largest key of the list, and the emit walks the list:
-//           keys > T and the lowest-indexed ties at T, indices sorted.
+//   one read   a strided sample of x gives a bound that about k + 4 sigma keys exceed; one read
+//              gathers every (index, value) whose key is at least the bound into each chunk's
+//              share of a list, in index order. If at least k were gathered and no share
+//              overflowed, the k-th largest and all its ties are in the list.
+//   otherwise  (k large against the list, or the sample misled) a radix select:
+//     read 1   histogram of the top 11 key bits, per chunk; the bin that holds the k-th largest
+//              fixes, per chunk, how many keys lie at or above that bin's lowest key;
+//     read 2   per chunk, gather those into the list at offsets known from the counts.
+//   then       the threshold T is the k-th largest key of the list, and the emit walks the
+//              list: keys > T and the lowest-indexed ties at T, indices sorted.
 // When the list would exceed its capacity (n / 8, flat inputs or k above about 10 %), another
 // histogram read refines the prefix first; if every key bit is resolved and it still does not
 // fit, the emit reads x a third time instead of the list.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "gradzip/core/element_type.hpp"
@@ -36,7 +40,8 @@ struct host_topk_scratch {
   std::uint64_t* in_bin;     // chunks: elements in the chosen bin
   std::uint64_t* out_at;     // chunks: first list entry, then first output position
   std::uint64_t* take_ties;  // chunks: ties at T this chunk emits
-  std::uint64_t* list_at;    // chunks + 1: chunk c's list entries are [list_at[c], list_at[c + 1])
+  std::uint64_t* list_at;    // chunks: chunk c's list entries are [list_at[c], list_end[c])
+  std::uint64_t* list_end;   // chunks
   std::uint64_t* index;      // cap: the list's indices, in index order
   T* values;                 // cap: the list's values
   Key* keys;                 // cap: the list's keys, reordered by the threshold search
@@ -50,7 +55,8 @@ struct host_topk_scratch {
         in_bin(carver.take<std::uint64_t>(chunks)),
         out_at(carver.take<std::uint64_t>(chunks)),
         take_ties(carver.take<std::uint64_t>(chunks)),
-        list_at(carver.take<std::uint64_t>(chunks + 1)),
+        list_at(carver.take<std::uint64_t>(chunks)),
+        list_end(carver.take<std::uint64_t>(chunks)),
         index(carver.take<std::uint64_t>(cap)),
         values(carver.take<T>(cap)),
         keys(carver.take<Key>(cap)) {}
@@ -132,31 +138,40 @@ void host_topk_layout(host_topk_scratch<T>& s, std::size_t chunks, std::uint64_t
   }
 }
 
-/// Read 2 and the emit from the list: every key at or above `low` fits the list (`listed` of them).
-template <class T, class Sink>
-void host_topk_from_list(host& exec, span<const T> x, std::uint64_t k, host_topk_scratch<T>& s,
-                         std::size_t chunks, key_type_t<T> low, std::uint64_t listed, const Sink& sink) {
-  using Key = key_type_t<T>;
-  const std::size_t n = x.size();
-  std::uint64_t* list_at = s.list_at;
-  list_at[0] = 0;
-  for (std::size_t c = 0; c < chunks; ++c) list_at[c + 1] = list_at[c] + s.above[c] + s.in_bin[c];
-  for_each_chunk(exec, chunks, [&](std::size_t c) {
-    std::uint64_t at = list_at[c];
-    const index_range r = chunk_of(n, chunks, c);
-    for_each_match(x.data(), r.begin, r.end, key_at_least<T>(low), [&](std::uint64_t i) {
-      s.index[at] = i;
-      s.values[at] = x[i];
-      s.keys[at] = magnitude_key(x[i]);
-      ++at;
-    });
+/**
+ * Writes the (index, value, key) of every element of x[r] whose key is at least `low` into the
+ * list from entry `at`, at most `room` of them. Returns how many there are (more than `room`
+ * means the rest were counted, not written).
+ */
+template <class T>
+std::uint64_t host_topk_gather(const T* x, index_range r, key_type_t<T> low, host_topk_scratch<T>& s,
+                               std::uint64_t at, std::uint64_t room) {
+  std::uint64_t count = 0;
+  for_each_match(x, r.begin, r.end, key_at_least<T>(low), [&](std::uint64_t i) {
+    if (count < room) {
+      s.index[at + count] = i;
+      s.values[at + count] = x[i];
+      s.keys[at + count] = magnitude_key(x[i]);
+    }
+    ++count;
   });
-  // The k-th largest key overall lies in the list, which holds every key >= low.
+  return count;
+}
+
+/**
+ * The threshold and the emit from the list, which holds every key >= some bound, at least k of
+ * them: chunk c's entries are [list_at[c], list_end[c]), in index order, and s.keys[0, listed)
+ * holds all their keys in any order. T is the k-th largest of them.
+ */
+template <class T, class Sink>
+void host_topk_emit_list(host& exec, std::uint64_t k, host_topk_scratch<T>& s, std::size_t chunks,
+                         std::uint64_t listed, const Sink& sink) {
+  using Key = key_type_t<T>;
   std::nth_element(s.keys, s.keys + (k - 1), s.keys + listed, std::greater<Key>());
   const Key t = s.keys[k - 1];
   for (std::size_t c = 0; c < chunks; ++c) {
     s.above[c] = s.take_ties[c] = 0;
-    for (std::uint64_t e = list_at[c]; e < list_at[c + 1]; ++e) {
+    for (std::uint64_t e = s.list_at[c]; e < s.list_end[c]; ++e) {
       const Key key = magnitude_key(s.values[e]);
       s.above[c] += key > t;
       s.take_ties[c] += key == t;
@@ -165,7 +180,7 @@ void host_topk_from_list(host& exec, span<const T> x, std::uint64_t k, host_topk
   host_topk_layout(s, chunks, k);
   for_each_chunk(exec, chunks, [&](std::size_t c) {
     std::uint64_t pos = s.out_at[c], ties = s.take_ties[c];
-    for (std::uint64_t e = list_at[c]; e < list_at[c + 1]; ++e) {
+    for (std::uint64_t e = s.list_at[c]; e < s.list_end[c]; ++e) {
       const Key key = magnitude_key(s.values[e]);
       if (key > t || (key == t && ties > 0)) {
         ties -= key == t;
@@ -173,6 +188,70 @@ void host_topk_from_list(host& exec, span<const T> x, std::uint64_t k, host_topk
       }
     }
   });
+}
+
+/// Read 2 of the histogram path: every key >= low (`listed` of them, per chunk known from the
+/// histograms) goes to the list, chunk after chunk; then the emit from the list.
+template <class T, class Sink>
+void host_topk_from_list(host& exec, span<const T> x, std::uint64_t k, host_topk_scratch<T>& s,
+                         std::size_t chunks, key_type_t<T> low, std::uint64_t listed, const Sink& sink) {
+  for (std::size_t c = 0, at = 0; c < chunks; ++c) {
+    s.list_at[c] = at;
+    at += s.above[c] + s.in_bin[c];
+    s.list_end[c] = at;
+  }
+  for_each_chunk(exec, chunks, [&](std::size_t c) {
+    host_topk_gather(x.data(), chunk_of(x.size(), chunks, c), low, s, s.list_at[c], s.list_end[c] - s.list_at[c]);
+  });
+  host_topk_emit_list(exec, k, s, chunks, listed, sink);
+}
+
+/// Elements of the strided sample behind the one-read path's bound (position j * n / m).
+inline std::size_t host_topk_sample_size(std::size_t n) { return std::min<std::size_t>(n / 64, 16384); }
+
+/// Samples of m whose key must lie at or above the bound: k's share of the sample, four
+/// standard deviations of a binomial count, and 8 more.
+inline std::uint64_t host_topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uint64_t m) {
+  const double mean = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
+  return std::min<std::uint64_t>(m, static_cast<std::uint64_t>(mean + 4 * std::sqrt(mean) + 8) + 1);
+}
+
+/**
+ * The one-read path, tried first when k is small against the list: a strided sample of x gives
+ * a bound that about k + 4 sigma keys exceed; one read gathers every key >= bound into each
+ * chunk's share of the list (cap / chunks entries). If at least k were gathered and no chunk
+ * overflowed, the k-th largest and all its ties are in the list: the emit uses it and x is read
+ * once. Otherwise returns false, having written nothing to the sink.
+ */
+template <class T, class Sink>
+bool host_topk_one_read(host& exec, span<const T> x, std::uint64_t k, host_topk_scratch<T>& s,
+                        std::size_t chunks, std::size_t cap, const Sink& sink) {
+  using Key = key_type_t<T>;
+  const std::size_t n = x.size();
+  const std::size_t m = host_topk_sample_size(n);
+  if (m < 1024) return false;  // small inputs sit in the caches: the histogram path is cheap
+  const std::uint64_t rank = host_topk_sample_rank(n, k, m);
+  const std::size_t room = cap / chunks;
+  if (rank * (n / m) > room / 2) return false;  // the expected list would crowd a chunk's share
+  for (std::size_t j = 0; j < m; ++j) s.keys[j] = magnitude_key(x[j * n / m]);
+  std::nth_element(s.keys, s.keys + (rank - 1), s.keys + m, std::greater<Key>());
+  const Key bound = s.keys[rank - 1];
+  for_each_chunk(exec, chunks, [&](std::size_t c) {
+    s.list_at[c] = c * room;
+    s.list_end[c] = s.list_at[c] + host_topk_gather(x.data(), chunk_of(n, chunks, c), bound, s, c * room, room);
+  });
+  std::uint64_t listed = 0;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    if (s.list_end[c] - s.list_at[c] > room) return false;
+    listed += s.list_end[c] - s.list_at[c];
+  }
+  if (listed < k) return false;
+  for (std::size_t c = 0, at = 0; c < chunks; ++c) {  // the keys side by side, for the threshold
+    if (at != s.list_at[c]) std::copy(s.keys + s.list_at[c], s.keys + s.list_end[c], s.keys + at);  // at < list_at[c]
+    at += s.list_end[c] - s.list_at[c];
+  }
+  host_topk_emit_list(exec, k, s, chunks, listed, sink);
+  return true;
 }
 
 /// The emit when the list never fit: a third read of x, keys > t and the chunk's ties at t.
@@ -208,6 +287,7 @@ void host_topk(host& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
   scratch_carver carver(exec.scratch(host_topk_workspace_bytes<T>(exec, n)));
   host_topk_scratch<T> s(carver, chunks, cap);
   constexpr int bins = topk_digit_bins;
+  if (host_topk_one_read(exec, x, k, s, chunks, cap, sink)) return;
 
   Key prefix = 0, prefix_mask = 0;
   std::uint64_t rank = k;  // rank of the threshold element among those matching the prefix

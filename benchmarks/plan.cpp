@@ -146,11 +146,10 @@ std::size_t codec_index(const cost_model& m, const std::string& name) {
 
 /// Every option the planner may choose: each codec by every route it allows, on the device,
 /// and offloaded to the host where the host's costs are known.
-std::vector<option> all_options(const cost_model& m, bool cpu_only) {
+std::vector<option> all_options(const cost_model& m) {
   std::vector<option> out;
   for (std::size_t c = 0; c < m.codecs.size(); ++c) {
     for (route r : {route::allreduce, route::allgather, route::sparse_sync}) {
-      if (cpu_only && r == route::sparse_sync) continue;  // mpi_train runs allreduce and allgather
       for (executor_kind e : {executor_kind::device, executor_kind::host}) {
         const option o{c, r, e};
         const codec_cost& k = m.codecs[c];
@@ -287,7 +286,7 @@ int main(int argc, char** argv) try {
     const gradzip::fusion::layout each = gradzip::fusion::layout::per_tensor(w.sizes);
     add("layerwise", plan{each.group_starts(), std::vector<option>(each.group_count(), codec)});
     add("cupcake", cupcake_schedule(w, m, codec).chosen);
-    const planned best = espresso_plan(w, m, all_options(m, s.cpu_only));
+    const planned best = espresso_plan(w, m, all_options(m));
     add("plan", best.chosen);
     const double baseline = std::min({rows[0].seconds, rows[1].seconds, rows[2].seconds});
     std::printf("| %g Gb/s | %.2f ms | %.2f ms | %.2f ms (%zu groups) | %.2f ms (%zu groups) | %.2fx | %s |\n", gbps,

@@ -7,13 +7,16 @@
 //                                                 [--data /usr/share/datasets/fashion-mnist]
 //                                                 [--csv results.csv] [--check]
 //                                                 [--plan plan.json --cost cost.json]
+//                                                 [--evals 4 [--target 84] [--curve curve.csv]]
 //   mpirun -np 4 build/examples/gradzip_mpi_train --measure-link link.json
 //
 // --plan runs one more codec, "plan": the gradient in fusion groups, each synchronized as the
 // plan says (gradzip_plan writes it; docs/scheduling.md), and prints the synchronization time
 // per step the cost model --cost predicts beside the one measured. --measure-link times
 // MPI's allreduce and allgather at several sizes, fits the scheduler's link model to them, and
-// writes it (the "network" of a cost model) for gradzip_plan --link.
+// writes it (the "network" of a cost model) for gradzip_plan --link. --evals N measures the test
+// accuracy N times per epoch with the clock stopped; --target A adds each run's training time
+// to A % test accuracy to the table, and --curve writes every measurement.
 //
 // Each rank owns a contiguous shard of the (first --train) training images, and draws its
 // batches from it in an order seeded by (epoch, rank): runs are reproducible. Every rank starts
@@ -25,6 +28,7 @@
 #include <zlib.h>
 
 #include <gradzip/comm/mpi.hpp>
+#include <gradzip/comm/planned_allreducer.hpp>
 #include <gradzip/gradzip.hpp>
 #include <gradzip/schedule/serialize.hpp>
 
@@ -111,14 +115,27 @@ void gradient(const std::vector<float>& p, const dataset& d, const std::size_t* 
   }
 }
 
-double accuracy(const std::vector<float>& p, const dataset& d) {
+/// Test accuracy in percent over images [first, last) of d.
+double accuracy(const std::vector<float>& p, const dataset& d, std::size_t first, std::size_t last) {
   float h[hidden], z[out];
   std::size_t right = 0;
-  for (std::size_t s = 0; s < d.count; ++s) {
+  for (std::size_t s = first; s < last; ++s) {
     forward(p, d.images.data() + s * in, h, z);
     right += static_cast<std::size_t>(std::max_element(z, z + out) - z) == d.labels[s] ? 1 : 0;
   }
-  return 100.0 * static_cast<double>(right) / static_cast<double>(d.count);
+  return 100.0 * static_cast<double>(right) / static_cast<double>(last - first);
+}
+
+double accuracy(const std::vector<float>& p, const dataset& d) { return accuracy(p, d, 0, d.count); }
+
+/// The test accuracy, each rank evaluating its share of the images (collective).
+double shared_accuracy(const std::vector<float>& p, const dataset& d, gz::comm::mpi_communicator& comm) {
+  const std::size_t P = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+  const std::size_t first = d.count * r / P, last = d.count * (r + 1) / P;
+  double right[2] = {first < last ? accuracy(p, d, first, last) * static_cast<double>(last - first) / 100.0 : 0.0,
+                     static_cast<double>(last - first)};
+  MPI_Allreduce(MPI_IN_PLACE, right, 2, MPI_DOUBLE, MPI_SUM, comm.native());
+  return 100.0 * right[0] / right[1];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,46 +269,14 @@ struct zen_topk_reducer final : reducer {
 };
 
 /// A plan's fusion groups (gradzip_plan, docs/scheduling.md): the four tensors copied in
-/// backprop order (b2, W2, b1, W1) into one flat buffer, and each group averaged by an
-/// allreducer with the codec the plan names (top-k and scaled sign with error feedback, as
-/// above). The note compares the synchronization time per step that the cost model predicts for
-/// the plan (schedule::simulate, no compute) with the median measured, from a barrier after
-/// backprop to the averaged flat buffer. fp32 groups are allreduced in place, as the model has
-/// them.
+/// backprop order (b2, W2, b1, W1) into one flat buffer, and each group synchronized by
+/// comm::planned_allreducer with the codec and route the plan names (top-k and scaled sign with
+/// error feedback, as above). The note compares the synchronization time per step that the
+/// cost model predicts for the plan (schedule::simulate, no compute) with the median measured,
+/// from a barrier after backprop to the averaged flat buffer.
 struct planned_reducer final : reducer {
-  struct group {
-    virtual ~group() = default;
-    virtual std::size_t run(gz::comm::communicator& comm, gz::host& exec, gz::span<float> g, std::uint32_t step,
-                            std::uint64_t id) = 0;
-  };
-  template <class Codec>
-  struct group_of final : group {
-    gz::comm::allreducer<Codec, float, gz::host> all;
-    group_of(gz::host& exec, Codec c, std::size_t n, int ranks, bool ef) : all(exec, c, n, ranks, ef) {}
-    std::size_t run(gz::comm::communicator& comm, gz::host& exec, gz::span<float> g, std::uint32_t step,
-                    std::uint64_t id) override {
-      all.run(comm, exec, g, {step, id});
-      return all.last_sent_bytes();
-    }
-  };
-  template <class Codec>
-  static std::unique_ptr<group> make_group(gz::host& exec, Codec c, std::size_t n, int ranks, bool ef) {
-    return std::make_unique<group_of<Codec>>(exec, c, n, ranks, ef);
-  }
-  /// fp32 as the model has it: the gradient itself, allreduced in place (as DDP does), no codec.
-  struct uncompressed final : group {
-    std::size_t run(gz::comm::communicator& comm, gz::host&, gz::span<float> g, std::uint32_t, std::uint64_t) override {
-      comm.allreduce_sum(g.data(), g.size(), gz::element_type::f32);
-      const float average = 1.0f / static_cast<float>(comm.size());
-      for (float& v : g) v *= average;
-      return g.size() * sizeof(float);
-    }
-  };
-
   static constexpr std::size_t order[4] = {b2, w2, b1, w1};  // backprop order, into the flat layout
-  gz::fusion::layout layout{{out, out * hidden, hidden, hidden * in}};
-  gz::schedule::plan plan;
-  std::vector<std::unique_ptr<group>> groups;
+  std::unique_ptr<gz::comm::planned_allreducer<float, gz::host>> planned;
   std::vector<float> flat = std::vector<float>(parameters);
   std::vector<double> seconds;
   double predicted = 0.0;
@@ -299,11 +284,26 @@ struct planned_reducer final : reducer {
   planned_reducer(gz::host& exec, const std::string& plan_path, const std::string& cost_path, int ranks) {
     gz::schedule::cost_model model = gz::schedule::cost_model_from_json(gz::schedule::json::parse(read_text(cost_path)));
     model.ranks = ranks;
-    plan = gz::schedule::plan_from_json(gz::schedule::json::parse(read_text(plan_path)), model);
-    layout = gz::fusion::layout(layout.sizes(), plan.group_starts);
-    for (std::size_t g = 0; g < layout.group_count(); ++g) groups.push_back(build(exec, model, plan.options[g], g, ranks));
-    gz::schedule::workload w{layout.sizes(), std::vector<double>(4, 0.0), 0.0, 4.0};
+    const gz::schedule::plan plan = gz::schedule::plan_from_json(gz::schedule::json::parse(read_text(plan_path)), model);
+    const std::vector<std::size_t> sizes = {out, out * hidden, hidden, hidden * in};
+    planned = std::make_unique<gz::comm::planned_allreducer<float, gz::host>>(exec, sizes, plan, model, codecs(), ranks);
+    gz::schedule::workload w{sizes, std::vector<double>(4, 0.0), 0.0, 4.0};
     predicted = gz::schedule::simulate(w, model, plan).iteration_s;
+  }
+
+  /// The codecs gradzip_plan's cost models name.
+  static std::vector<gz::comm::plan_codec<float, gz::host>> codecs() {
+    using gz::encode::none;
+    using entry = gz::comm::plan_codec<float, gz::host>;
+    const gz::codec<gz::sparsify::topk> top1{gz::sparsify::topk::ratio(0.01)};
+    const auto ef = gz::comm::feedback_mode::error_feedback;
+    return {entry::uncompressed("fp32"),
+            entry::of("fp16", gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, none>{}),
+            entry::of("bf16", gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, none>{}),
+            entry::of("topk1", top1, ef),
+            entry::sparse("topk1", top1, ef, 5),
+            entry::of("qsgd4", gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, none>{}),
+            entry::of("scaled_sign", gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, none>{}, ef)};
   }
 
   static std::string read_text(const std::string& path) {
@@ -314,45 +314,21 @@ struct planned_reducer final : reducer {
     return text.str();
   }
 
-  std::unique_ptr<group> build(gz::host& exec, const gz::schedule::cost_model& m, const gz::schedule::option& o,
-                               std::size_t g, int ranks) const {
-    using gz::encode::none;
-    const std::string& name = m.codecs[o.codec].name;
-    const std::size_t n = layout.group_size(g);
-    const auto want = m.codecs[o.codec].summable ? gz::schedule::route::allreduce : gz::schedule::route::allgather;
-    if (o.path != want || o.where != gz::schedule::executor_kind::device) {
-      throw std::runtime_error("plan: group " + std::to_string(g) + " asks for " + name + " by " + gz::schedule::name(o.path) +
-                               " on the " + gz::schedule::name(o.where) + "; this example runs " +
-                               gz::schedule::name(want) + " on its one thread");
-    }
-    if (name == "fp32") return std::make_unique<uncompressed>();
-    if (name == "fp16") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::cast_fp16, none>{}, n, ranks, false);
-    if (name == "bf16") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, none>{}, n, ranks, false);
-    if (name == "topk1") return make_group(exec, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, n, ranks, true);
-    if (name == "qsgd4") return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, none>{}, n, ranks, false);
-    if (name == "scaled_sign") {
-      return make_group(exec, gz::codec<gz::sparsify::none, gz::quantize::scaled_sign, none>{}, n, ranks, true);
-    }
-    throw std::runtime_error("plan: group " + std::to_string(g) + " names codec '" + name + "', which this example lacks");
-  }
-
   std::size_t reduce(gz::comm::communicator& comm, gz::host& exec, std::vector<float>& grad, std::uint32_t step) override {
+    const gz::fusion::layout& l = planned->layout();
     for (std::size_t t = 0; t < 4; ++t) {
-      std::copy_n(grad.begin() + static_cast<std::ptrdiff_t>(order[t]), layout.size(t), flat.begin() + static_cast<std::ptrdiff_t>(layout.offset(t)));
+      std::copy_n(grad.begin() + static_cast<std::ptrdiff_t>(order[t]), l.size(t), flat.begin() + static_cast<std::ptrdiff_t>(l.offset(t)));
     }
     // The clock starts when every rank has its gradient in the flat buffer: it times the
     // synchronization the model predicts, not the wait for a slower rank's backprop.
     MPI_Barrier(static_cast<gz::comm::mpi_communicator&>(comm).native());
     const double start = MPI_Wtime();
-    std::size_t sent = 0;
-    for (std::size_t g = 0; g < groups.size(); ++g) {
-      sent += groups[g]->run(comm, exec, gz::span<float>(flat).subspan(layout.group_offset(g), layout.group_size(g)), step, g);
-    }
+    planned->run(comm, exec, gz::span<float>(flat), {step, 0});
     seconds.push_back(MPI_Wtime() - start);
     for (std::size_t t = 0; t < 4; ++t) {
-      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(layout.offset(t)), layout.size(t), grad.begin() + static_cast<std::ptrdiff_t>(order[t]));
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(l.offset(t)), l.size(t), grad.begin() + static_cast<std::ptrdiff_t>(order[t]));
     }
-    return sent;
+    return planned->last_sent_bytes();
   }
 
   std::string note(gz::comm::mpi_communicator& comm) override {
@@ -361,8 +337,9 @@ struct planned_reducer final : reducer {
     double measured = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
     MPI_Allreduce(MPI_IN_PLACE, &measured, 1, MPI_DOUBLE, MPI_MAX, comm.native());
     std::ostringstream text;
-    text << "plan: " << groups.size() << " groups (";
-    for (std::size_t g = 0; g < groups.size(); ++g) text << (g ? ", " : "") << layout.group_size(g) << " elements";
+    const gz::fusion::layout& layout = planned->layout();
+    text << "plan: " << layout.group_count() << " groups (";
+    for (std::size_t g = 0; g < layout.group_count(); ++g) text << (g ? ", " : "") << layout.group_size(g) << " elements";
     text << "); synchronization per step: predicted " << 1e3 * predicted << " ms, measured " << 1e3 * measured
          << " ms (median, slowest rank), measured / predicted " << measured / predicted;
     return text.str();
@@ -502,14 +479,31 @@ std::vector<candidate> candidates(const std::string& plan, const std::string& co
   };
 }
 
+/// A test accuracy reached after `seconds` of training (evaluation not counted).
+struct checkpoint {
+  double epochs = 0.0, seconds = 0.0, accuracy = 0.0;
+};
+
 struct result {
   std::string key, name;
   double accuracy = 0.0, bytes_ratio = 0.0, seconds = 0.0;
   std::string note;
+  std::vector<checkpoint> curve;  ///< with --evals: the test accuracy as training went
+  std::uint32_t steps = 0;
+  /// Training seconds until the test accuracy first reached `target` (NaN: never).
+  double time_to(double target) const {
+    for (const checkpoint& c : curve) {
+      if (c.accuracy >= target) return c.seconds;
+    }
+    return std::nan("");
+  }
 };
 
+/// Trains with candidate c. With evals > 0, the test accuracy is measured `evals` times per
+/// epoch, every rank evaluating its share of the test set, with the clock stopped: the
+/// seconds reported are training only (backprop, synchronization, the update).
 result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset& train_set, const dataset& test_set,
-             int epochs, int batch, float lr) {
+             int epochs, int batch, float lr, int evals) {
   gz::host exec(1);  // one thread per rank: the ranks share the cores
   auto r = c.build(exec, comm.size());
   std::vector<float> params = initial_parameters(), grad(parameters);
@@ -517,10 +511,13 @@ result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset
   std::vector<std::size_t> order(shard);
   std::iota(order.begin(), order.end(), shard * static_cast<std::size_t>(comm.rank()));
   const std::size_t steps_per_epoch = shard / static_cast<std::size_t>(batch);
+  const std::size_t every = evals > 0 ? std::max<std::size_t>(1, steps_per_epoch / static_cast<std::size_t>(evals)) : 0;
   std::uint64_t sent = 0;
   std::uint32_t step = 0;
+  std::vector<checkpoint> curve;
+  double trained = 0.0;  // seconds of training, evaluations left out
   MPI_Barrier(comm.native());
-  const double start = MPI_Wtime();
+  double start = MPI_Wtime();
   for (int epoch = 0; epoch < epochs; ++epoch) {
     std::mt19937 rng(1000u * static_cast<unsigned>(epoch) + static_cast<unsigned>(comm.rank()));
     std::shuffle(order.begin(), order.end(), rng);
@@ -528,20 +525,31 @@ result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset
       gradient(params, train_set, order.data() + s * static_cast<std::size_t>(batch), batch, grad);
       sent += r->reduce(comm, exec, grad, step);
       for (std::size_t i = 0; i < parameters; ++i) params[i] -= lr * grad[i];
+      if (every != 0 && ((s + 1) % every == 0 || s + 1 == steps_per_epoch)) {
+        double elapsed = MPI_Wtime() - start;  // the slowest rank's clock
+        MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+        trained += elapsed;
+        curve.push_back({epoch + static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch), trained,
+                         shared_accuracy(params, test_set, comm)});
+        MPI_Barrier(comm.native());
+        start = MPI_Wtime();
+      }
     }
   }
-  double seconds = MPI_Wtime() - start;
-  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm.native());
-  result out{c.key, c.name, accuracy(params, test_set), 0.0, seconds, r->note(comm)};
+  double elapsed = MPI_Wtime() - start;
+  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+  trained += elapsed;
+  result out{c.key, c.name, accuracy(params, test_set), 0.0, trained, r->note(comm), std::move(curve), step};
   out.bytes_ratio = static_cast<double>(sent) / step / (parameters * sizeof(float));
   return out;
 }
 
 struct options {
-  int epochs = 3, batch = 32;
+  int epochs = 3, batch = 32, evals = 0;
   float lr = 0.1f;
+  double target = 0.0;  // percent; 0: no time-to-accuracy column
   std::size_t train = 60000;
-  std::string data = "/usr/share/datasets/fashion-mnist", csv, codecs, plan, cost, measure_link;
+  std::string data = "/usr/share/datasets/fashion-mnist", csv, curve, codecs, plan, cost, measure_link;
   bool check = false;
 };
 
@@ -554,6 +562,9 @@ options parse(int argc, char** argv) {
     else if (a == "--train") o.train = std::stoul(value());
     else if (a == "--data") o.data = value();
     else if (a == "--csv") o.csv = value();
+    else if (a == "--curve") o.curve = value();
+    else if (a == "--evals") o.evals = std::stoi(value());
+    else if (a == "--target") o.target = std::stod(value());
     else if (a == "--codecs") o.codecs = value();
     else if (a == "--check") o.check = true;
     else if (a == "--plan") o.plan = value();
@@ -563,6 +574,9 @@ options parse(int argc, char** argv) {
     return true;
   });
   if (o.epochs < 1 || o.batch < 1 || !(o.lr > 0.0f)) throw std::runtime_error("--epochs, --batch and --lr must be positive");
+  if (o.evals < 0) throw std::runtime_error("--evals must be >= 0, got " + std::to_string(o.evals));
+  if (!(o.target >= 0.0 && o.target <= 100.0)) throw std::runtime_error("--target must be a percentage in [0, 100]");
+  if ((o.target > 0.0 || !o.curve.empty()) && o.evals == 0) throw std::runtime_error("--target and --curve need --evals N");
   return o;
 }
 
@@ -587,7 +601,7 @@ int run(int argc, char** argv) {
                          : ("," + o.codecs + ",").find("," + c.key + ",") == std::string::npos) {
       continue;
     }
-    results.push_back(train(c, comm, train_set, test_set, o.epochs, o.batch, o.lr));
+    results.push_back(train(c, comm, train_set, test_set, o.epochs, o.batch, o.lr, o.evals));
     if (comm.rank() == 0) {
       std::printf("  %-45s %6.2f %% test accuracy, %.4f bytes/step vs fp32, %.1f s\n", results.back().name.c_str(),
                   results.back().accuracy, results.back().bytes_ratio, results.back().seconds);
@@ -604,12 +618,24 @@ int run(int argc, char** argv) {
     std::printf("\n%d ranks, %zu training images (%zu per rank), %d epochs, batch %d per rank, SGD lr %g, %zu parameters\n\n",
                 comm.size(), train_set.count, train_set.count / static_cast<std::size_t>(comm.size()), o.epochs, o.batch,
                 static_cast<double>(o.lr), parameters);
-    std::printf("| codec | test accuracy | vs fp32 | bytes sent per step vs fp32 | wall time | verdict |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    char reach[64] = "";
+    if (o.target > 0.0) std::snprintf(reach, sizeof reach, " time to %g %% |", o.target);
+    std::printf("| codec | test accuracy | vs fp32 | bytes sent per step vs fp32 | wall time | ms per step |%s verdict |\n",
+                reach);
+    std::printf("|---|---|---|---|---|---|%s---|\n", o.target > 0.0 ? "---|" : "");
     for (const auto& r : results) {
-      std::printf("| %s | %.2f %% | %+.2f | %.4f (%.0fx less) | %.1f s | %s |\n", r.name.c_str(), r.accuracy,
+      char to[64] = "";
+      if (o.target > 0.0) {
+        const double t = r.time_to(o.target);
+        if (std::isnan(t)) {
+          std::snprintf(to, sizeof to, " not reached |");
+        } else {
+          std::snprintf(to, sizeof to, " %.2f s |", t);
+        }
+      }
+      std::printf("| %s | %.2f %% | %+.2f | %.4f (%.0fx less) | %.1f s | %.2f |%s %s |\n", r.name.c_str(), r.accuracy,
                   base == results.end() ? 0.0 : r.accuracy - base->accuracy, r.bytes_ratio, 1.0 / r.bytes_ratio,
-                  r.seconds, verdict(r).c_str());
+                  r.seconds, 1e3 * r.seconds / r.steps, to, verdict(r).c_str());
     }
     for (const auto& r : results) {
       if (!r.note.empty()) std::printf("\n%s\n", r.note.c_str());
@@ -620,6 +646,15 @@ int run(int argc, char** argv) {
       std::fprintf(f, "key,name,accuracy,bytes_ratio,seconds\n");
       for (const auto& r : results) {
         std::fprintf(f, "%s,\"%s\",%.4f,%.6f,%.3f\n", r.key.c_str(), r.name.c_str(), r.accuracy, r.bytes_ratio, r.seconds);
+      }
+      std::fclose(f);
+    }
+    if (!o.curve.empty()) {
+      std::FILE* f = std::fopen(o.curve.c_str(), "w");
+      if (f == nullptr) throw std::runtime_error("cannot write " + o.curve);
+      std::fprintf(f, "key,epochs,seconds,accuracy\n");
+      for (const auto& r : results) {
+        for (const checkpoint& c : r.curve) std::fprintf(f, "%s,%.4f,%.4f,%.4f\n", r.key.c_str(), c.epochs, c.seconds, c.accuracy);
       }
       std::fclose(f);
     }

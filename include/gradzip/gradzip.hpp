@@ -8,6 +8,7 @@
 
 #include "gradzip/codec.hpp"
 #include "gradzip/comm/collective.hpp"
+#include "gradzip/comm/planned_allreducer.hpp"
 #include "gradzip/comm/powersgd.hpp"
 #include "gradzip/comm/sparse_cost.hpp"
 #include "gradzip/comm/sparse_sync.hpp"

@@ -12,6 +12,7 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/comm/collective.hpp"
+#include "gradzip/comm/planned_allreducer.hpp"
 #include "gradzip/comm/powersgd.hpp"
 #include "gradzip/comm/sparse_cost.hpp"
 #include "gradzip/comm/sparse_sync.hpp"
@@ -792,4 +793,147 @@ TEST_CASE("Zen's cost model reaches the paper's conclusions, and its extrapolati
   CHECK(big.unions.size() == 11);
   for (std::size_t i = 1; i < big.unions.size(); ++i) CHECK(big.unions[i] >= big.unions[i - 1]);
   CHECK_THROWS_WITH(comm::extrapolate(measured, 0), Catch::Contains("ranks must be >= 1, got 0"));
+}
+
+namespace {
+
+/// A cost model naming the codecs the planned_allreducer tests use; costs do not matter here.
+schedule::cost_model planned_model() {
+  schedule::cost_model m;
+  for (const char* name : {"fp32", "topk1", "bf16"}) {
+    schedule::codec_cost c;
+    c.name = name;
+    m.codecs.push_back(c);
+  }
+  return m;
+}
+
+using planned_topk = codec<sparsify::topk, quantize::none, encode::automatic>;
+using planned_bf16 = codec<sparsify::none, quantize::cast_bf16, encode::none>;
+const planned_topk planned_top1{sparsify::topk::ratio(0.01)};
+
+std::vector<comm::plan_codec<float, host>> planned_codecs(schedule::route topk_route) {
+  using entry = comm::plan_codec<float, host>;
+  return {entry::uncompressed("fp32"),
+          topk_route == schedule::route::sparse_sync
+              ? entry::sparse("topk1", planned_top1, comm::feedback_mode::error_feedback, 5)
+              : entry::of("topk1", planned_top1, comm::feedback_mode::error_feedback),
+          entry::of("bf16", planned_bf16{})};
+}
+
+}  // namespace
+
+TEST_CASE("planned_allreducer runs each group as its plan says, as the group's own collective would",
+          "[collective][schedule]") {
+  const int ranks = 3;
+  const std::vector<std::size_t> sizes = {1000, 7, 20000, 513, 9000};  // backprop order
+  const fusion::layout l(sizes, {0, 2, 4});
+  const std::size_t n = l.total();
+  using schedule::route;
+  for (const route topk_route : {route::allgather, route::sparse_sync}) {
+    DYNAMIC_SECTION("top-k by " << schedule::name(topk_route)) {
+      const schedule::plan p{{0, 2, 4}, {{2, route::allreduce}, {1, topk_route}, {0, route::allreduce}}};
+      std::vector<std::vector<float>> got(ranks), expected(ranks);
+      std::vector<std::size_t> sent(ranks);
+      const auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+        host exec(1);
+        comm::planned_allreducer<float, host> planned(exec, sizes, p, planned_model(), planned_codecs(topk_route), ranks);
+        REQUIRE(planned.layout().group_count() == 3);
+        // The same steps by hand, each group by its own collective (tensor id = group).
+        comm::allreducer<planned_bf16, float, host> bf16(exec, planned_bf16{}, l.group_size(0), ranks, false);
+        comm::allreducer<planned_topk, float, host> top(exec, planned_top1, l.group_size(1), ranks, true);
+        feedback::error_feedback<planned_topk, float, host> ef(exec, planned_top1, l.group_size(1));
+        comm::sparse_sync zen(l.group_size(1), ranks, 5);
+        comm::allreducer<codec<sparsify::none, quantize::none, encode::none>, float, host> fp32(exec, {}, l.group_size(2), ranks, false);
+        std::vector<float> g, h, payload_values, decoded(l.group_size(1));
+        std::vector<std::uint64_t> indices;
+        std::vector<std::byte> payload(ef.max_compressed_bytes<float>());
+        for (std::uint32_t step = 0; step < 3; ++step) {
+          g = gradzip_tools::synthetic_gradient<float>(n, 40 + 3 * step + static_cast<std::uint64_t>(r));
+          h = g;
+          planned.run(comm, exec, span<float>(g), {step, 10});
+          const auto group = [&](std::size_t k) { return span<float>(h).subspan(l.group_offset(k), l.group_size(k)); };
+          bf16.run(comm, exec, group(0), {step, 10});
+          if (topk_route == route::allgather) {
+            top.run(comm, exec, group(1), {step, 11});
+          } else {
+            const std::size_t bytes = ef.compress(exec, span<const float>(group(1)), span<std::byte>(payload), {step, 11});
+            planned_top1.decompress(exec, span<const std::byte>(payload.data(), bytes), span<float>(decoded));
+            indices.clear();
+            payload_values.clear();
+            for (std::size_t i = 0; i < decoded.size(); ++i) {
+              if (decoded[i] != 0.0f) {
+                indices.push_back(i);
+                payload_values.push_back(decoded[i]);
+              }
+            }
+            std::fill(group(1).begin(), group(1).end(), 0.0f);
+            zen.run(comm, exec, span<const std::uint64_t>(indices), span<const float>(payload_values), group(1),
+                    1.0f / ranks);
+          }
+          fp32.run(comm, exec, group(2), {step, 12});
+        }
+        got[static_cast<std::size_t>(r)] = g;
+        expected[static_cast<std::size_t>(r)] = h;
+        sent[static_cast<std::size_t>(r)] = planned.last_sent_bytes();
+      });
+      for (int r = 0; r < ranks; ++r) REQUIRE(errors[static_cast<std::size_t>(r)].empty());
+      for (int r = 0; r < ranks; ++r) {
+        REQUIRE(std::memcmp(got[r].data(), expected[r].data(), n * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(got[r].data(), got[0].data(), n * sizeof(float)) == 0);  // every rank the same
+        // The bf16 group alone sends 2 bytes per element, the fp32 group 4: the top-k group adds a little.
+        CHECK(sent[r] > 2 * l.group_size(0) + 4 * l.group_size(2));
+        CHECK(sent[r] < 2 * l.group_size(0) + 4 * l.group_size(2) + l.group_size(1));
+      }
+    }
+  }
+}
+
+TEST_CASE("planned_allreducer names the group a bad plan, a bad codec list or a bad payload concerns",
+          "[collective][schedule]") {
+  const std::vector<std::size_t> sizes = {100, 300, 50};
+  const auto model = planned_model();
+  const auto codecs = planned_codecs(schedule::route::allgather);
+  using schedule::route;
+  host exec(1);
+  const auto build = [&](const schedule::plan& p, const std::vector<comm::plan_codec<float, host>>& list) {
+    comm::planned_allreducer<float, host>(exec, sizes, p, model, list, 2);
+  };
+  const auto message = [&](const schedule::plan& p, const std::vector<comm::plan_codec<float, host>>& list) {
+    try {
+      build(p, list);
+    } catch (const invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message({{0, 1}, {{0, route::allreduce}}}, codecs), Catch::Contains("the plan has 2 groups but 1 options"));
+  CHECK_THAT(message({{0, 2}, {{0, route::allreduce}, {3, route::allgather}}}, codecs),
+             Catch::Contains("group 1 names codec 3, but the cost model has 3"));
+  CHECK_THAT(message({{0}, {{1, route::allreduce}}}, codecs),
+             Catch::Contains("group 0 sends topk1 by allreduce, but its plan_codec travels by allgather"));
+  CHECK_THAT(message({{0}, {{1, route::allgather, schedule::executor_kind::host}}}, codecs),
+             Catch::Contains("group 0 (topk1) is offloaded to the host"));
+  CHECK_THAT(message({{0, 1}, {{0, route::allreduce}, {2, route::allreduce}}}, {codecs[0], codecs[1]}),
+             Catch::Contains("group 1 names codec 'bf16', which has no plan_codec (given: fp32, topk1)"));
+  CHECK_THAT(message({{0, 3}, {{0, route::allreduce}, {1, route::allgather}}}, codecs),
+             Catch::Contains("group 1 starts at tensor 3, but there are 3 tensors"));
+  CHECK(message({{0, 1}, {{0, route::allreduce}, {1, route::allgather}}}, codecs) == "no error");
+
+  // A bad payload in the top-k group names the rank that sent it, on every rank.
+  const schedule::plan p{{0, 1}, {{0, route::allreduce}, {1, route::allgather}}};
+  const auto errors = on_ranks(3, 2, [&](int r, comm::communicator& comm) {
+    host e(1);
+    comm::planned_allreducer<float, host> planned(e, sizes, p, model, codecs, 3);
+    auto g = gradient_of(r, 450);
+    planned.run(comm, e, span<float>(g), {0, 0});
+  });
+  for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("payload from rank 2"));
+  const auto sizes_wrong = on_ranks(2, -1, [&](int, comm::communicator& comm) {
+    host e(1);
+    comm::planned_allreducer<float, host> planned(e, sizes, p, model, codecs, 2);
+    std::vector<float> g(449);
+    planned.run(comm, e, span<float>(g), {0, 0});
+  });
+  for (const auto& e : sizes_wrong) CHECK_THAT(e, Catch::Contains("gradient has 449 elements, the plan's tensors 450"));
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <gradzip/gradzip.hpp>
@@ -40,6 +41,8 @@ extern double forward_seconds;              // the forward pass's time
 extern gradzip::schedule::workload w;       // sizes and backward times (schedule/timeline.hpp)
 extern gradzip::schedule::cost_model model;  // a calibrated cost model (schedule/cost_model.hpp)
 extern std::vector<gradzip::schedule::option> options;  // the ways a group may be synchronized
+extern gradzip::schedule::plan plan;        // groups and options, from a planner or plan_from_json
+extern std::string plan_json, cost_json;    // a plan and a cost model as JSON text (gradzip_plan)
 
 using codec_t = gradzip::codec<gradzip::sparsify::topk, gradzip::quantize::none, gradzip::encode::coo>;
 extern const codec_t codec;           // a codec chosen elsewhere

@@ -16,8 +16,7 @@
 //
 // --cpu-only plans a training loop that runs on one CPU thread per rank and synchronizes its
 // groups one after another (examples/mpi_train.cpp): the calibrated host costs become the
-// "device" costs, nothing is offloaded or overlapped (cost_model::serial), and only allreduce
-// and allgather are offered. --link reads a measured network ({"network": {...}}, as
+// "device" costs, and nothing is offloaded or overlapped (cost_model::serial). --link reads a measured network ({"network": {...}}, as
 // gradzip_mpi_train --measure-link writes it) instead of the --gbps list.
 //
 // Backward times: twice each layer's forward FLOPs (model_profiles.hpp) for --samples samples

@@ -15,8 +15,9 @@
 // per step the cost model --cost predicts beside the one measured. --measure-link times
 // MPI's allreduce and allgather at several sizes, fits the scheduler's link model to them, and
 // writes it (the "network" of a cost model) for gradzip_plan --link. --evals N measures the test
-// accuracy N times per epoch with the clock stopped; --target A adds each run's training time
-// to A % test accuracy to the table, and --curve writes every measurement.
+// accuracy N times per epoch with the clock stopped and times each step's synchronization (from
+// a barrier after backprop); --target A adds each run's training time to A % test accuracy to
+// the table, and --curve writes every measurement.
 //
 // Each rank owns a contiguous shard of the (first --train) training images, and draws its
 // batches from it in an order seeded by (epoch, rank): runs are reproducible. Every rank starts
@@ -320,7 +321,8 @@ struct planned_reducer final : reducer {
       std::copy_n(grad.begin() + static_cast<std::ptrdiff_t>(order[t]), l.size(t), flat.begin() + static_cast<std::ptrdiff_t>(l.offset(t)));
     }
     // The clock starts when every rank has its gradient in the flat buffer: it times the
-    // synchronization the model predicts, not the wait for a slower rank's backprop.
+    // synchronization the model predicts, not the wait for a slower rank's backprop (the
+    // copies above are not timed).
     MPI_Barrier(static_cast<gz::comm::mpi_communicator&>(comm).native());
     const double start = MPI_Wtime();
     planned->run(comm, exec, gz::span<float>(flat), {step, 0});
@@ -490,6 +492,7 @@ struct result {
   std::string note;
   std::vector<checkpoint> curve;  ///< with --evals: the test accuracy as training went
   std::uint32_t steps = 0;
+  double sync_s = 0.0;  ///< with --evals: the median synchronization per step, slowest rank
   /// Training seconds until the test accuracy first reached `target` (NaN: never).
   double time_to(double target) const {
     for (const checkpoint& c : curve) {
@@ -501,7 +504,9 @@ struct result {
 
 /// Trains with candidate c. With evals > 0, the test accuracy is measured `evals` times per
 /// epoch, every rank evaluating its share of the test set, with the clock stopped: the
-/// seconds reported are training only (backprop, synchronization, the update).
+/// seconds reported are training only (backprop, synchronization, the update). Each step's
+/// synchronization is then timed too, from a barrier after backprop (so that it excludes
+/// waiting for a slower rank's backprop) to the averaged gradient.
 result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset& train_set, const dataset& test_set,
              int epochs, int batch, float lr, int evals) {
   gz::host exec(1);  // one thread per rank: the ranks share the cores
@@ -511,21 +516,28 @@ result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset
   std::vector<std::size_t> order(shard);
   std::iota(order.begin(), order.end(), shard * static_cast<std::size_t>(comm.rank()));
   const std::size_t steps_per_epoch = shard / static_cast<std::size_t>(batch);
-  const std::size_t every = evals > 0 ? std::max<std::size_t>(1, steps_per_epoch / static_cast<std::size_t>(evals)) : 0;
+  // Evaluations after steps j * steps_per_epoch / evals_per_epoch, j = 1 .. evals_per_epoch.
+  const std::size_t evals_per_epoch = std::min(static_cast<std::size_t>(evals), steps_per_epoch);
   std::uint64_t sent = 0;
   std::uint32_t step = 0;
   std::vector<checkpoint> curve;
+  std::vector<double> sync;
   double trained = 0.0;  // seconds of training, evaluations left out
   MPI_Barrier(comm.native());
   double start = MPI_Wtime();
   for (int epoch = 0; epoch < epochs; ++epoch) {
     std::mt19937 rng(1000u * static_cast<unsigned>(epoch) + static_cast<unsigned>(comm.rank()));
     std::shuffle(order.begin(), order.end(), rng);
+    std::size_t next_eval = 1;
     for (std::size_t s = 0; s < steps_per_epoch; ++s, ++step) {
       gradient(params, train_set, order.data() + s * static_cast<std::size_t>(batch), batch, grad);
+      if (evals_per_epoch != 0) MPI_Barrier(comm.native());
+      const double synchronizing = MPI_Wtime();
       sent += r->reduce(comm, exec, grad, step);
+      if (evals_per_epoch != 0) sync.push_back(MPI_Wtime() - synchronizing);
       for (std::size_t i = 0; i < parameters; ++i) params[i] -= lr * grad[i];
-      if (every != 0 && ((s + 1) % every == 0 || s + 1 == steps_per_epoch)) {
+      if (evals_per_epoch != 0 && s + 1 == steps_per_epoch * next_eval / evals_per_epoch) {
+        ++next_eval;
         double elapsed = MPI_Wtime() - start;  // the slowest rank's clock
         MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm.native());
         trained += elapsed;
@@ -541,6 +553,11 @@ result train(const candidate& c, gz::comm::mpi_communicator& comm, const dataset
   trained += elapsed;
   result out{c.key, c.name, accuracy(params, test_set), 0.0, trained, r->note(comm), std::move(curve), step};
   out.bytes_ratio = static_cast<double>(sent) / step / (parameters * sizeof(float));
+  if (!sync.empty()) {
+    std::nth_element(sync.begin(), sync.begin() + static_cast<std::ptrdiff_t>(sync.size() / 2), sync.end());
+    out.sync_s = sync[sync.size() / 2];
+    MPI_Allreduce(MPI_IN_PLACE, &out.sync_s, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+  }
   return out;
 }
 
@@ -619,18 +636,21 @@ int run(int argc, char** argv) {
                 comm.size(), train_set.count, train_set.count / static_cast<std::size_t>(comm.size()), o.epochs, o.batch,
                 static_cast<double>(o.lr), parameters);
     char reach[64] = "";
-    if (o.target > 0.0) std::snprintf(reach, sizeof reach, " time to %g %% |", o.target);
+    if (o.evals > 0) std::snprintf(reach, sizeof reach, " sync ms per step |");
+    if (o.target > 0.0) std::snprintf(reach, sizeof reach, " sync ms per step | time to %g %% |", o.target);
     std::printf("| codec | test accuracy | vs fp32 | bytes sent per step vs fp32 | wall time | ms per step |%s verdict |\n",
                 reach);
-    std::printf("|---|---|---|---|---|---|%s---|\n", o.target > 0.0 ? "---|" : "");
+    std::printf("|---|---|---|---|---|---|%s%s---|\n", o.evals > 0 ? "---|" : "", o.target > 0.0 ? "---|" : "");
     for (const auto& r : results) {
-      char to[64] = "";
-      if (o.target > 0.0) {
+      char to[96] = "";
+      if (o.evals > 0) {
         const double t = r.time_to(o.target);
-        if (std::isnan(t)) {
-          std::snprintf(to, sizeof to, " not reached |");
+        if (o.target <= 0.0) {
+          std::snprintf(to, sizeof to, " %.3f |", 1e3 * r.sync_s);
+        } else if (std::isnan(t)) {
+          std::snprintf(to, sizeof to, " %.3f | not reached |", 1e3 * r.sync_s);
         } else {
-          std::snprintf(to, sizeof to, " %.2f s |", t);
+          std::snprintf(to, sizeof to, " %.3f | %.2f s |", 1e3 * r.sync_s, t);
         }
       }
       std::printf("| %s | %.2f %% | %+.2f | %.4f (%.0fx less) | %.1f s | %.2f |%s %s |\n", r.name.c_str(), r.accuracy,

@@ -206,18 +206,30 @@ inline unsigned grid_for_units(const cuda& exec, std::uint64_t units, unsigned b
   return static_cast<unsigned>(units == 0 ? 1 : (units < cap ? units : cap));
 }
 
-/// Blocks for a grid-stride loop over n items, `block` threads a block.
-inline unsigned grid_for(const cuda& exec, std::uint64_t n, unsigned block = block_threads,
-                         unsigned blocks_per_sm = 8) {
-  return grid_for_units(exec, (n + block - 1) / block, blocks_per_sm);
-}
-
 /// Blocks for a grid-stride loop of a `launch_policy` over n items: items_per_thread per thread
 /// and step, at most blocks_per_sm blocks per SM.
 template <class Policy>
 unsigned grid_for_policy(const cuda& exec, std::uint64_t n) {
   const std::uint64_t per_block = static_cast<std::uint64_t>(Policy::threads) * Policy::items_per_thread;
   return grid_for_units(exec, (n + per_block - 1) / per_block, Policy::blocks_per_sm);
+}
+
+/// A grid-stride kernel of a `launch_policy` over n items, on the executor's stream: the grid
+/// from `grid_for_policy`, the block of `Policy::threads` (the kernel's `__launch_bounds__` must
+/// name the same policy), no dynamic shared memory.
+template <class Policy, class... Params, class... Args>
+void launch_over(cuda& exec, std::uint64_t n, void (*kernel)(Params...), Args&&... args) {
+  launch(kernel, grid_for_policy<Policy>(exec, n), Policy::threads, 0, exec.stream(),
+         std::forward<Args>(args)...);
+}
+
+/// A kernel of a `launch_policy` whose blocks take `units` (a tensor block, a row) in a
+/// block-stride loop, on the executor's stream, with `shared_bytes` of dynamic shared memory.
+template <class Policy, class... Params, class... Args>
+void launch_units(cuda& exec, std::uint64_t units, std::size_t shared_bytes, void (*kernel)(Params...),
+                  Args&&... args) {
+  launch(kernel, grid_for_units(exec, units, Policy::blocks_per_sm), Policy::threads, shared_bytes,
+         exec.stream(), std::forward<Args>(args)...);
 }
 
 /// Bytes of CUB storage an exclusive sum of `items` u64 needs (plus up to 256 for alignment).

@@ -9,14 +9,15 @@
 
 namespace gradzip::detail {
 
-inline constexpr unsigned blockwise_threads = 256;
+/// Block-wise top-k: a thread block per tensor block, at most 8 blocks per SM.
+using blockwise_policy = launch_policy<256, 1, 8>;
 
 template <class T, class Sink>
-__global__ __launch_bounds__(blockwise_threads)
+__global__ __launch_bounds__(blockwise_policy::threads)
 void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
                            std::uint64_t per_block, Sink sink) {
   using key = key_type_t<T>;
-  using scan = cub::BlockScan<unsigned, blockwise_threads>;
+  using scan = cub::BlockScan<unsigned, blockwise_policy::threads>;
   __shared__ typename scan::TempStorage storage;
   __shared__ key keys[sparsify::blockwise_topk::max_block];
   const std::uint64_t blocks = (n + block - 1) / block;
@@ -25,14 +26,14 @@ void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
     const std::uint64_t begin = b * block;
     const unsigned length = static_cast<unsigned>(n - begin < block ? n - begin : block);
     const unsigned kept = static_cast<unsigned>(length < per_block ? length : per_block);
-    for (unsigned i = threadIdx.x; i < length; i += blockwise_threads) keys[i] = magnitude_key(x[begin + i]);
+    for (unsigned i = threadIdx.x; i < length; i += blockwise_policy::threads) keys[i] = magnitude_key(x[begin + i]);
     __syncthreads();
     // The largest cut with count(key >= cut) >= kept, bit by bit from the top.
     key cut = 0;
     for (int bit = static_cast<int>(sizeof(key) * 8) - 1; bit >= 0; --bit) {
       const key candidate = cut | (key{1} << bit);
       unsigned mine = 0;
-      for (unsigned i = threadIdx.x; i < length; i += blockwise_threads) mine += keys[i] >= candidate ? 1u : 0u;
+      for (unsigned i = threadIdx.x; i < length; i += blockwise_policy::threads) mine += keys[i] >= candidate ? 1u : 0u;
       unsigned total = 0;
       {
         unsigned ignored = 0;
@@ -42,7 +43,7 @@ void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
       if (total >= kept) cut = candidate;
     }
     unsigned above_mine = 0;
-    for (unsigned i = threadIdx.x; i < length; i += blockwise_threads) above_mine += keys[i] > cut ? 1u : 0u;
+    for (unsigned i = threadIdx.x; i < length; i += blockwise_policy::threads) above_mine += keys[i] > cut ? 1u : 0u;
     unsigned above = 0;
     {
       unsigned ignored = 0;
@@ -53,7 +54,7 @@ void blockwise_topk_kernel(const T* x, std::uint64_t n, std::uint64_t block,
     // Ordered emit, 256 elements per round: ties are taken by their rank among ties so far.
     std::uint64_t pos = b * per_block;
     unsigned ties_before = 0;
-    for (unsigned round = 0; round < length; round += blockwise_threads) {
+    for (unsigned round = 0; round < length; round += blockwise_policy::threads) {
       const unsigned i = round + threadIdx.x;
       const key k = i < length ? keys[i] : key{0};
       const unsigned is_tie = i < length && k == cut ? 1u : 0u;
@@ -82,8 +83,8 @@ struct structure_backend<cuda, sparsify::blockwise_topk> {
                      const Sink& sink) {
     const std::uint64_t blocks = s.block_count(x.size());
     if (blocks == 0) return;
-    launch(blockwise_topk_kernel<T, Sink>, grid_for_units(exec, blocks), blockwise_threads, 0, exec.stream(),
-           x.data(), x.size(), s.block(), s.per_block(), sink);
+    launch_units<blockwise_policy>(exec, blocks, 0, blockwise_topk_kernel<T, Sink>, x.data(),
+                                   x.size(), s.block(), s.per_block(), sink);
   }
 };
 

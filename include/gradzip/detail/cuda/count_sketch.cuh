@@ -258,14 +258,16 @@ struct count_sketch_backend<cuda> {
     auto* poison = reinterpret_cast<std::uint32_t*>(scratch + sl.poison);
     auto* max_bits = reinterpret_cast<std::uint32_t*>(scratch + sl.max_bits);
     if (n > 0) {
-      launch(count_sketch_device::magnitude_kernel<T>, grid_for_policy<input>(exec, n), input::threads, 0, exec.stream(), x.data(), n,
-             max_bits);
-      launch(count_sketch_device::accumulate_kernel<T>, grid_for_policy<input>(exec, n), input::threads, 0, exec.stream(), x.data(), n,
-             static_cast<const std::uint32_t*>(max_bits), s.seed(), s.rows(), s.columns(), cells, poison);
+      launch_over<input>(exec, n, count_sketch_device::magnitude_kernel<T>, x.data(), n, max_bits);
+      launch_over<input>(exec, n, count_sketch_device::accumulate_kernel<T>, x.data(), n,
+                         static_cast<const std::uint32_t*>(max_bits), s.seed(), s.rows(),
+                         s.columns(), cells, poison);
     }
-    launch(count_sketch_device::round_cells_kernel<>, grid_for_policy<cells_policy>(exec, count), cells_policy::threads, 0, exec.stream(),
-           static_cast<const unsigned long long*>(cells), static_cast<const std::uint32_t*>(poison),
-           static_cast<const std::uint32_t*>(max_bits), n, count, reinterpret_cast<float*>(base + l.at(1).offset));
+    launch_over<cells_policy>(exec, count, count_sketch_device::round_cells_kernel<>,
+                              static_cast<const unsigned long long*>(cells),
+                              static_cast<const std::uint32_t*>(poison),
+                              static_cast<const std::uint32_t*>(max_bits), n, count,
+                              reinterpret_cast<float*>(base + l.at(1).offset));
     return l.total_bytes();
   }
 
@@ -277,8 +279,8 @@ struct count_sketch_backend<cuda> {
     launch(count_sketch_device::validate_pair_kernel<>, 1, 32, 0, exec.stream(), a, into.size(), b, other.size(),
            s.rows(), s.columns(), s.seed(), exec.status_word());
     const std::uint64_t cells = static_cast<std::uint64_t>(s.rows()) * s.columns();
-    launch(count_sketch_device::merge_kernel<>, grid_for_policy<cells_policy>(exec, cells), cells_policy::threads, 0, exec.stream(), a, into.size(), b,
-           other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
+    launch_over<cells_policy>(exec, cells, count_sketch_device::merge_kernel<>, a, into.size(), b,
+                              other.size(), s.rows(), s.columns(), s.seed(), exec.status_word());
   }
 
   /// estimate into scratch (zeroed first, so a bad sketch gives a well-formed payload of zeros
@@ -301,9 +303,10 @@ struct count_sketch_backend<cuda> {
     launch(count_sketch_device::validate_kernel<>, 1, 32, 0, exec.stream(),
            reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
            s.seed(), exec.status_word());
-    launch(count_sketch_device::estimate_kernel<T>, grid_for_policy<cells_policy>(exec, estimates.size()), cells_policy::threads, 0, exec.stream(),
-           reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.data(), estimates.size(),
-           s.rows(), s.columns(), s.seed(), exec.status_word());
+    launch_over<cells_policy>(exec, estimates.size(), count_sketch_device::estimate_kernel<T>,
+                              reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(),
+                              estimates.data(), estimates.size(), s.rows(), s.columns(), s.seed(),
+                              exec.status_word());
   }
 };
 

@@ -6,8 +6,12 @@
 
 namespace gradzip::detail {
 
+/// The stateful wrappers' element-wise kernels (error feedback, momentum, sign): one element per
+/// thread and grid-stride step.
+using elementwise_policy = launch_policy<256, 1, 8>;
+
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void add_kernel(T* y, const T* x, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -17,7 +21,7 @@ void add_kernel(T* y, const T* x, std::uint64_t n) {
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void subtract_kernel(T* d, const T* x, const T* y, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -27,7 +31,7 @@ void subtract_kernel(T* d, const T* x, const T* y, std::uint64_t n) {
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void running_sum_kernel(T* s, T* a, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -37,7 +41,7 @@ void running_sum_kernel(T* s, T* a, std::uint64_t n) {
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -47,7 +51,7 @@ void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) 
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -60,7 +64,7 @@ void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -73,7 +77,7 @@ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(elementwise_policy::threads)
 void sign_kernel(T* y, std::uint64_t n, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // a decode before failed: change nothing
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -101,48 +105,49 @@ struct executor_ops<cuda> {
   template <class T>
   static void add(cuda& exec, span<T> y, span<const T> x) {
     if (y.empty()) return;
-    launch(add_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), x.data(), y.size());
+    launch_over<elementwise_policy>(exec, y.size(), add_kernel<T>, y.data(), x.data(), y.size());
   }
 
   template <class T>
   static void subtract(cuda& exec, span<T> d, span<const T> x, span<const T> y) {
     if (d.empty()) return;
-    launch(subtract_kernel<T>, grid_for(exec, d.size()), block_threads, 0, exec.stream(), d.data(), x.data(), y.data(),
-           d.size());
+    launch_over<elementwise_policy>(exec, d.size(), subtract_kernel<T>, d.data(), x.data(),
+                                    y.data(), d.size());
   }
 
   template <class T>
   static void running_sum(cuda& exec, span<T> s, span<T> a) {
     if (s.empty()) return;
-    launch(running_sum_kernel<T>, grid_for(exec, s.size()), block_threads, 0, exec.stream(), s.data(), a.data(), s.size());
+    launch_over<elementwise_policy>(exec, s.size(), running_sum_kernel<T>, s.data(), a.data(),
+                                    s.size());
   }
 
   template <class T>
   static void momentum(cuda& exec, span<T> m, span<const T> g, float beta) {
     if (m.empty()) return;
-    launch(momentum_kernel<T>, grid_for(exec, m.size()), block_threads, 0, exec.stream(), m.data(), g.data(), m.size(), beta,
-           1.0f - beta);
+    launch_over<elementwise_policy>(exec, m.size(), momentum_kernel<T>, m.data(), g.data(),
+                                    m.size(), beta, 1.0f - beta);
   }
 
   template <class T>
   static void correct_momentum(cuda& exec, span<T> u, span<T> v, span<const T> g, float m) {
     if (u.empty()) return;
-    launch(correct_momentum_kernel<T>, grid_for(exec, u.size()), block_threads, 0, exec.stream(), u.data(), v.data(), g.data(),
-           u.size(), m);
+    launch_over<elementwise_policy>(exec, u.size(), correct_momentum_kernel<T>, u.data(), v.data(),
+                                    g.data(), u.size(), m);
   }
 
   template <class T>
   static void mask_sent(cuda& exec, span<T> u, span<T> v, span<const T> d) {
     if (u.empty()) return;
-    launch(mask_sent_kernel<T>, grid_for(exec, u.size()), block_threads, 0, exec.stream(), u.data(), v.data(), d.data(),
-           u.size());
+    launch_over<elementwise_policy>(exec, u.size(), mask_sent_kernel<T>, u.data(), v.data(),
+                                    d.data(), u.size());
   }
 
   template <class T>
   static void sign(cuda& exec, span<T> y) {
     if (y.empty()) return;
-    launch(sign_kernel<T>, grid_for(exec, y.size()), block_threads, 0, exec.stream(), y.data(), y.size(),
-           exec.status_word());
+    launch_over<elementwise_policy>(exec, y.size(), sign_kernel<T>, y.data(), y.size(),
+                                    exec.status_word());
   }
 
   template <class T>

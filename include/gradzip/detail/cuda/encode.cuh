@@ -18,8 +18,12 @@
 
 namespace gradzip::detail {
 
+/// The index encoders (COO, bitmap, delta-varint): one index or chunk per thread and
+/// grid-stride step.
+using index_encode_policy = launch_policy<256, 1, 8>;
+
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(index_encode_policy::threads)
 void delta_sizes_kernel(const std::uint64_t* idx, std::uint64_t k, int width,
                         std::uint64_t chunks, std::uint64_t* sizes) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -30,7 +34,7 @@ void delta_sizes_kernel(const std::uint64_t* idx, std::uint64_t k, int width,
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(index_encode_policy::threads)
 void delta_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
                         int width, std::uint64_t chunks, const std::uint64_t* offsets) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -41,7 +45,7 @@ void delta_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::ui
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(index_encode_policy::threads)
 void coo_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k,
                       int width) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -51,7 +55,7 @@ void coo_write_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(index_encode_policy::threads)
 void bitmap_set_kernel(std::uint8_t* section, const std::uint64_t* idx, std::uint64_t k) {
   auto* words = reinterpret_cast<unsigned int*>(section);  // little-endian: bit i of the section
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -78,18 +82,18 @@ struct index_encoder<cuda> {
                      std::uint64_t n, std::byte* ws, std::uint8_t* section) {
     if (encoding == encode::coo::id) {
       if (k == 0) return;
-      launch(coo_write_kernel<>, grid_for(exec, k), block_threads, 0, exec.stream(), section, idx, k,
-             encode::coo::index_width(n));
+      launch_over<index_encode_policy>(exec, k, coo_write_kernel<>, section, idx, k,
+                                       encode::coo::index_width(n));
     } else if (encoding == encode::bitmap::id) {
       GRADZIP_CUDA_TRY(cudaMemsetAsync(section, 0, encode::bitmap::section_bytes(k, n), exec.stream()));
       if (k == 0) return;
-      launch(bitmap_set_kernel<>, grid_for(exec, k), block_threads, 0, exec.stream(), section, idx, k);
+      launch_over<index_encode_policy>(exec, k, bitmap_set_kernel<>, section, idx, k);
     } else {
       const std::uint64_t chunks = encode::delta_varint::chunks(k);
       if (chunks == 0) return;
       const auto* offsets = reinterpret_cast<const std::uint64_t*>(ws) + chunks + 1;
-      launch(delta_write_kernel<>, grid_for(exec, chunks), block_threads, 0, exec.stream(), section, idx, k,
-             encode::delta_varint::gap_width(n), chunks, offsets);
+      launch_over<index_encode_policy>(exec, chunks, delta_write_kernel<>, section, idx, k,
+                                       encode::delta_varint::gap_width(n), chunks, offsets);
     }
   }
 
@@ -105,8 +109,8 @@ struct index_encoder<cuda> {
     const std::uint64_t chunks = encode::delta_varint::chunks(k);
     auto* sizes = reinterpret_cast<std::uint64_t*>(ws);
     std::uint64_t* offsets = sizes + chunks + 1;
-    launch(delta_sizes_kernel<>, grid_for(exec, chunks + 1), block_threads, 0, exec.stream(), idx, k,
-           encode::delta_varint::gap_width(n), chunks, sizes);
+    launch_over<index_encode_policy>(exec, chunks + 1, delta_sizes_kernel<>, idx, k,
+                                     encode::delta_varint::gap_width(n), chunks, sizes);
     void* temp = reinterpret_cast<std::byte*>(offsets + chunks + 1) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, chunks + 1);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, sizes, offsets, chunks + 1, exec.stream()));

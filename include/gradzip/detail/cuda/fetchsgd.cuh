@@ -9,12 +9,15 @@
 
 namespace gradzip::detail {
 
+/// FetchSGD's sketch-space updates: one cell or element per thread and grid-stride step.
+using fetchsgd_policy = launch_policy<256, 1, 8>;
+
 namespace fetchsgd_device {
 
 using cs = sketch::count_sketch;
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(fetchsgd_policy::threads)
 void accumulate_kernel(const std::uint8_t* summed, std::uint64_t size, std::uint64_t n,
                        std::uint32_t rows, std::uint64_t columns, std::uint64_t seed, float* velocity,
                        float* error, float momentum, float scale, float lr, const wire::status* st) {
@@ -34,7 +37,7 @@ void accumulate_kernel(const std::uint8_t* summed, std::uint64_t size, std::uint
 /// Zeroes the cells of every nonzero coordinate of delta. Coordinates that share a cell write
 /// the same zero; atomicExch keeps that free of data races.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(fetchsgd_policy::threads)
 void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
                         std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
@@ -63,18 +66,20 @@ struct fetchsgd_backend<cuda> {
     launch(count_sketch_device::validate_kernel<>, 1, 32, 0, exec.stream(), bytes, summed.size(), n, s.rows(),
            s.columns(), s.seed(), exec.status_word());
     if (!velocity.empty()) {
-      launch(fetchsgd_device::accumulate_kernel<>, grid_for(exec, velocity.size()), block_threads, 0, exec.stream(), bytes,
-             summed.size(), n, s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
-             momentum, scale, lr, exec.status_word());
+      launch_over<fetchsgd_policy>(exec, velocity.size(), fetchsgd_device::accumulate_kernel<>,
+                                   bytes, summed.size(), n, s.rows(), s.columns(), s.seed(),
+                                   velocity.data(), reinterpret_cast<float*>(error), momentum,
+                                   scale, lr, exec.status_word());
     }
   }
 
   static void forget_sent(cuda& exec, const sketch::count_sketch& s, span<const float> delta, span<float> velocity,
                           std::uint8_t* error) {
     if (delta.empty()) return;
-    launch(fetchsgd_device::forget_sent_kernel<>, grid_for(exec, delta.size()), block_threads, 0, exec.stream(), delta.data(),
-           delta.size(), s.rows(), s.columns(), s.seed(), velocity.data(), reinterpret_cast<float*>(error),
-           exec.status_word());
+    launch_over<fetchsgd_policy>(exec, delta.size(), fetchsgd_device::forget_sent_kernel<>,
+                                 delta.data(), delta.size(), s.rows(), s.columns(), s.seed(),
+                                 velocity.data(), reinterpret_cast<float*>(error),
+                                 exec.status_word());
   }
 };
 

@@ -10,6 +10,9 @@
 
 namespace gradzip::detail {
 
+/// The randomized Hadamard rotation: a thread block per rotation block (in shared memory).
+using rotation_policy = launch_policy<256, 1, 8>;
+
 namespace rotation_device {
 
 using transform::hadamard;
@@ -18,7 +21,7 @@ using transform::hadamard;
 // fits one grid (a grid has at most 2^31 - 1 blocks; a tensor may have more rotation blocks).
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(rotation_policy::threads)
 void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, std::uint64_t blocks,
                     std::uint64_t seed, float scale) {
   float* v = dynamic_shared_memory<float>();
@@ -36,7 +39,7 @@ void forward_kernel(const T* x, std::uint64_t n, float* y, std::uint32_t block, 
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(rotation_policy::threads)
 void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t blocks,
                         std::uint64_t seed, float scale, float alpha, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // a bad payload: change nothing
@@ -120,9 +123,9 @@ struct rotation_backend<cuda> {
     auto* y = reinterpret_cast<float*>(exec.scratch(at + padded * sizeof(float)) + at);
     const std::uint32_t block = r.rotation().block();
     if (padded > 0) {
-      launch(rotation_device::forward_kernel<T>, grid_for_units(exec, padded / block), block_threads,
-             block * sizeof(float), exec.stream(), input.data(), n, y, block, padded / block, r.rotation().seed(),
-             scale_of(block));
+      launch_units<rotation_policy>(exec, padded / block, block * sizeof(float),
+                                    rotation_device::forward_kernel<T>, input.data(), n, y, block,
+                                    padded / block, r.rotation().seed(), scale_of(block));
     }
     const std::size_t inner_bytes = r.inner().compress(
         exec, span<const float>(y, padded), span<std::byte>(out.data() + inner_at, out.size() - inner_at), ctx);
@@ -148,12 +151,14 @@ struct rotation_backend<cuda> {
     // The inner decoder validates its payload (and skips its work after a failed outer check).
     r.inner().decompress(exec, payload.subspan(inner_at, payload.size() - inner_at), span<float>(y, padded));
     if (zero_first) {
-      launch(zero_if_ok_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), accum.data(), n, exec.status_word());
+      launch_over<decode_policy>(exec, n, zero_if_ok_kernel<T>, accum.data(), n,
+                                 exec.status_word());
     }
     if (padded > 0) {
-      launch(rotation_device::inverse_add_kernel<T>, grid_for_units(exec, padded / block), block_threads,
-             block * sizeof(float), exec.stream(), y, accum.data(), n, block, padded / block, r.rotation().seed(),
-             scale_of(block), alpha, exec.status_word());
+      launch_units<rotation_policy>(exec, padded / block, block * sizeof(float),
+                                    rotation_device::inverse_add_kernel<T>, y, accum.data(), n,
+                                    block, padded / block, r.rotation().seed(), scale_of(block),
+                                    alpha, exec.status_word());
     }
   }
 };

@@ -15,6 +15,9 @@
 
 namespace gradzip::detail {
 
+/// Hashed top-k's slot pass: one element per thread and grid-stride step.
+using hashed_policy = launch_policy<256, 1, 8>;
+
 /// The survivors that won their slot: the per-index predicate of hashed top-k's emit.
 struct hashed_winners {
   const std::uint32_t* tau;  // device memory, written by hashed_tau_kernel
@@ -55,7 +58,7 @@ void hashed_tau_kernel(const std::uint32_t* sorted, std::uint64_t size, std::uin
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(hashed_policy::threads)
 void hashed_slots_kernel(const T* x, std::uint64_t n, const std::uint32_t* tau, std::uint64_t m,
                          std::uint64_t seed, unsigned long long* slots) {
   const std::uint32_t t = *tau;
@@ -96,13 +99,15 @@ struct structure_backend<cuda, hash::hashed_topk> {
     auto* sorted = reinterpret_cast<std::uint32_t*>(scratch + l.sorted);
     const std::uint64_t size = sparsify::sampled_topk::sample_size(n, s.sample_rate());
     cudaStream_t stream = exec.stream();
-    launch(sample_keys_kernel<T>, grid_for(exec, size), block_threads, 0, stream, x.data(), n, size, s.seed(), keys);
+    launch(sample_keys_kernel<T>, grid_for_policy<sample_policy>(exec, size), sample_policy::threads,
+           0, stream, x.data(), n, size, s.seed(), keys);
     std::size_t temp_bytes = l.sort_temp_bytes;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted, size, 0, 32,
                                                               stream));
     launch(hashed_tau_kernel<>, 1, 1, 0, stream, sorted, size, k, n, tau);
     GRADZIP_CUDA_TRY(cudaMemsetAsync(slots, 0, m * sizeof(unsigned long long), stream));
-    launch(hashed_slots_kernel<T>, grid_for(exec, n), block_threads, 0, stream, x.data(), n, tau, m, s.seed(), slots);
+    launch(hashed_slots_kernel<T>, grid_for_policy<hashed_policy>(exec, n), hashed_policy::threads,
+           0, stream, x.data(), n, tau, m, s.seed(), slots);
     return inner::count_on_device_with(exec, x, winners(s, scratch, l, n));
   }
 

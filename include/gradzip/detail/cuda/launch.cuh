@@ -15,12 +15,10 @@
 
 namespace gradzip::detail {
 
-/// Threads per block of gradzip's grid-stride kernels; their `__launch_bounds__`.
-inline constexpr unsigned block_threads = 256;
-
 /// A kernel family's launch parameters in one place, like CUB's `Policy` structs: the family's
 /// launches (`grid_for_policy`, core/cuda.cuh) and its kernels' `__launch_bounds__` read them,
-/// so retuning is one line. Families not yet moved to a policy use `block_threads`.
+/// so retuning is one line. No launch site names a block size of its own: a grid-stride
+/// family declares `launch_policy<256, 1, 8>` and says so in one place.
 template <unsigned Threads, unsigned ItemsPerThread, unsigned BlocksPerSm>
 struct launch_policy {
   static constexpr unsigned threads = Threads;                  ///< per block

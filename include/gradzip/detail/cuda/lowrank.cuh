@@ -15,6 +15,10 @@
 
 namespace gradzip::detail {
 
+/// PowerSGD's kernels: one element per thread and grid-stride step; a warp per row in the
+/// products.
+using lowrank_policy = launch_policy<256, 1, 8>;
+
 __device__ inline bool lowrank_failed(const wire::status* st) { return st != nullptr && !st->ok(); }
 
 /// The sum over the warp in the canonical butterfly: every lane gets lane 0's value.
@@ -38,8 +42,9 @@ __global__ __launch_bounds__(32) void lowrank_check_frame_kernel(const std::uint
 
 /// p <- the summed P, and flags[1] <- 1 (the step's P accepted), unless its frame check failed.
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_take_p_kernel(const float* from, float* to, std::uint64_t n,
-                                                                       std::uint32_t* flags, const wire::status* st) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_take_p_kernel(const float* from, float* to, std::uint64_t n,
+                           std::uint32_t* flags, const wire::status* st) {
   if (lowrank_failed(st)) return;
   if (blockIdx.x == 0 && threadIdx.x == 0) flags[1] = 1;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -51,10 +56,11 @@ __global__ __launch_bounds__(block_threads) void lowrank_take_p_kernel(const flo
 /// The step's starting Q (the last step's when warm and valid, else a fresh draw), and
 /// flags[1] <- 0: the step's P is not accepted yet.
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_start_q_kernel(float* q, const float* last,
-                                                                        std::uint32_t* flags, std::uint64_t n,
-                                                                        std::uint64_t seed, std::uint32_t step,
-                                                                        std::uint32_t tensor_id) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_start_q_kernel(float* q, const float* last,
+                            std::uint32_t* flags, std::uint64_t n,
+                            std::uint64_t seed, std::uint32_t step,
+                            std::uint32_t tensor_id) {
   const bool warm = last != nullptr && flags[0] != 0;
   if (blockIdx.x == 0 && threadIdx.x == 0) flags[1] = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -64,8 +70,9 @@ __global__ __launch_bounds__(block_threads) void lowrank_start_q_kernel(float* q
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads) void lowrank_load_kernel(const T* x, const float* residual, float* m,
-                                                                     std::uint64_t n) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_load_kernel(const T* x, const float* residual, float* m,
+                         std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = static_cast<float>(to_float(x[i]));
@@ -101,10 +108,11 @@ inline constexpr int lowrank_rank_tile = 4;
 
 /// P = M Q: warp w of the grid takes rows w, w + warps, ...; lane l adds columns l, l + 32, ....
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_project_kernel(const float* m, std::uint64_t rows,
-                                                                        std::uint64_t cols, const float* q, int rank,
-                                                                        float* p) {
-  constexpr unsigned warps_per_block = block_threads / 32;
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_project_kernel(const float* m, std::uint64_t rows,
+                            std::uint64_t cols, const float* q, int rank,
+                            float* p) {
+  constexpr unsigned warps_per_block = lowrank_policy::threads / 32;
   const unsigned lane = threadIdx.x % 32;
   const std::uint64_t warps = static_cast<std::uint64_t>(gridDim.x) * warps_per_block;
   for (std::uint64_t row = static_cast<std::uint64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; row < rows;
@@ -129,12 +137,14 @@ __global__ __launch_bounds__(block_threads) void lowrank_project_kernel(const fl
   }
 }
 
-inline constexpr unsigned lowrank_transposed_threads = 1024;
+/// Q = M^T P's launch: 1,024 threads (32 columns x 32 row lanes), at most 2 blocks per SM.
+using lowrank_transposed_policy = launch_policy<1024, 1, 2>;
 
 /// Q = M^T P: a block takes 32 columns at a time; thread (x, y) = (threadIdx % 32, threadIdx / 32)
 /// adds rows y, y + 32, ... of column x, and the 32 row lanes combine in shared memory.
 template <class = void>
-__global__ __launch_bounds__(lowrank_transposed_threads) void lowrank_project_transposed_kernel(
+__global__ __launch_bounds__(lowrank_transposed_policy::threads)
+void lowrank_project_transposed_kernel(
     const float* m, std::uint64_t rows, std::uint64_t cols, const float* p, int rank, float* q,
     const wire::status* st) {
   if (lowrank_failed(st)) return;
@@ -177,9 +187,10 @@ __global__ __launch_bounds__(lowrank_transposed_threads) void lowrank_project_tr
 /// the step's P was accepted; a rejected P (whose error check() already reported) fails the
 /// step here again, so that nothing after it runs.
 template <class = void>
-__global__ __launch_bounds__(block_threads) void lowrank_average_kernel(const float* sum, float* q, std::uint32_t* flags,
-                                                                        std::uint64_t n, float ranks,
-                                                                        wire::status* st) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_average_kernel(const float* sum, float* q, std::uint32_t* flags,
+                            std::uint64_t n, float ranks,
+                            wire::status* st) {
   if (lowrank_failed(st)) return;
   if (flags[1] == 0) {
     if (blockIdx.x == 0 && threadIdx.x == 0) record_failure(st, wire::fail(wire::format_errc::step_incomplete, 1));
@@ -193,10 +204,11 @@ __global__ __launch_bounds__(block_threads) void lowrank_average_kernel(const fl
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads) void lowrank_reconstruct_kernel(const float* p, const float* q,
-                                                                            std::uint64_t rows, std::uint64_t cols,
-                                                                            int rank, const float* m, float* residual,
-                                                                            T* out, const wire::status* st) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_reconstruct_kernel(const float* p, const float* q,
+                                std::uint64_t rows, std::uint64_t cols,
+                                int rank, const float* m, float* residual,
+                                T* out, const wire::status* st) {
   if (lowrank_failed(st)) return;
   const std::uint64_t n = rows * cols;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -212,7 +224,8 @@ __global__ __launch_bounds__(block_threads) void lowrank_reconstruct_kernel(cons
 }
 
 template <class T>
-__global__ __launch_bounds__(block_threads) void lowrank_divide_kernel(T* x, std::uint64_t n, float ranks) {
+__global__ __launch_bounds__(lowrank_policy::threads)
+void lowrank_divide_kernel(T* x, std::uint64_t n, float ranks) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     x[i] = lowrank::averaged(x[i], ranks);
@@ -235,18 +248,18 @@ struct lowrank_backend<cuda> {
 
   static void take_p(cuda& exec, const float* from, float* to, std::size_t n, std::uint32_t* flags,
                      const wire::status* st) {
-    launch(lowrank_take_p_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), from, to, n, flags, st);
+    launch_over<lowrank_policy>(exec, n, lowrank_take_p_kernel<>, from, to, n, flags, st);
   }
 
   static void start_q(cuda& exec, float* q, const float* last, std::uint32_t* flags, std::size_t n,
                       std::uint64_t seed, std::uint32_t step, std::uint32_t tensor_id) {
-    launch(lowrank_start_q_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), q, last, flags, n, seed, step,
-           tensor_id);
+    launch_over<lowrank_policy>(exec, n, lowrank_start_q_kernel<>, q, last, flags, n, seed, step,
+                                tensor_id);
   }
 
   template <class T>
   static void load(cuda& exec, const T* x, const float* residual, float* m, std::size_t n) {
-    if (n != 0) launch(lowrank_load_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), x, residual, m, n);
+    if (n != 0) launch_over<lowrank_policy>(exec, n, lowrank_load_kernel<T>, x, residual, m, n);
   }
 
   static void orthogonalize(cuda& exec, float* a, std::size_t length, int rank, float epsilon, const wire::status* st) {
@@ -256,28 +269,32 @@ struct lowrank_backend<cuda> {
 
   static void project(cuda& exec, const float* m, std::size_t rows, std::size_t cols, const float* q, int rank,
                       float* p) {
-    launch(lowrank_project_kernel<>, grid_for_units(exec, (rows + block_threads / 32 - 1) / (block_threads / 32)),
-           block_threads, 0, exec.stream(), m, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), q,
-           rank, p);
+    launch_units<lowrank_policy>(exec,
+                                 (rows + lowrank_policy::threads / 32 - 1) / (lowrank_policy::threads / 32),
+                                 0, lowrank_project_kernel<>, m, static_cast<std::uint64_t>(rows),
+                                 static_cast<std::uint64_t>(cols), q, rank, p);
   }
 
   static void project_transposed(cuda& exec, const float* m, std::size_t rows, std::size_t cols, const float* p,
                                  int rank, float* q, const wire::status* st) {
-    launch(lowrank_project_transposed_kernel<>, grid_for_units(exec, (cols + 31) / 32, 2), lowrank_transposed_threads, 0,
-           exec.stream(), m, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), p, rank, q, st);
+    launch_units<lowrank_transposed_policy>(exec, (cols + 31) / 32, 0,
+                                            lowrank_project_transposed_kernel<>, m,
+                                            static_cast<std::uint64_t>(rows),
+                                            static_cast<std::uint64_t>(cols), p, rank, q, st);
   }
 
   static void average(cuda& exec, const float* sum, float* q, std::uint32_t* flags, std::size_t n, float ranks,
                       const wire::status*) {
-    launch(lowrank_average_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), sum, q, flags, n, ranks,
-           exec.status_word());
+    launch_over<lowrank_policy>(exec, n, lowrank_average_kernel<>, sum, q, flags, n, ranks,
+                                exec.status_word());
   }
 
   template <class T>
   static void reconstruct(cuda& exec, const float* p, const float* q, std::size_t rows, std::size_t cols, int rank,
                           const float* m, float* residual, T* out, const wire::status* st) {
-    launch(lowrank_reconstruct_kernel<T>, grid_for(exec, rows * cols), block_threads, 0, exec.stream(), p, q,
-           static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), rank, m, residual, out, st);
+    launch_over<lowrank_policy>(exec, rows * cols, lowrank_reconstruct_kernel<T>, p, q,
+                                static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+                                rank, m, residual, out, st);
   }
 
   template <class T>
@@ -286,7 +303,7 @@ struct lowrank_backend<cuda> {
   }
   template <class T>
   static void divide(cuda& exec, T* x, std::size_t n, float ranks) {
-    if (n != 0) launch(lowrank_divide_kernel<T>, grid_for(exec, n), block_threads, 0, exec.stream(), x, n, ranks);
+    if (n != 0) launch_over<lowrank_policy>(exec, n, lowrank_divide_kernel<T>, x, n, ranks);
   }
 };
 

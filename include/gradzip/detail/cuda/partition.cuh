@@ -23,6 +23,9 @@
 
 namespace gradzip::detail {
 
+/// Zen's hash partition: one index per thread and grid-stride step.
+using partition_policy = launch_policy<256, 1, 8>;
+
 namespace partition_device {
 
 using hash::partition;
@@ -33,7 +36,7 @@ enum : unsigned { not_increasing_or_out_of_range = 1, not_a_member = 2, too_few_
 inline constexpr std::uint32_t shared_parts = 4096;
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void loads_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, unsigned long long* load) {
   __shared__ unsigned long long local[shared_parts];
   const bool in_shared = parts <= shared_parts;
@@ -60,7 +63,7 @@ __device__ inline bool out_of_order(const std::uint64_t* sorted, std::uint64_t j
 
 /// part[j] and position[j] = j for each index, and a flag if the list is not increasing or < n.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
                     std::uint32_t parts, std::uint32_t* part, std::uint32_t* position, unsigned* bad) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -74,7 +77,7 @@ void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t 
 
 /// first[p] and end[p]: the run of part p in the sorted order (both 0 for an empty part).
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void runs_kernel(const std::uint32_t* sorted_part, std::uint64_t m, std::uint64_t* first,
                  std::uint64_t* end) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -86,7 +89,7 @@ void runs_kernel(const std::uint32_t* sorted_part, std::uint64_t m, std::uint64_
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
                   const std::uint32_t* sorted_position, std::uint64_t m, const std::uint64_t* first,
                   std::uint64_t capacity, std::uint64_t* slots, std::uint32_t* overflowing) {
@@ -105,7 +108,7 @@ void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void counts_kernel(const std::uint64_t* first, const std::uint64_t* end, std::uint32_t parts,
                    std::uint64_t capacity, std::uint64_t* counts) {
   for (std::uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < parts; p += gridDim.x * blockDim.x) {
@@ -116,7 +119,7 @@ void counts_kernel(const std::uint64_t* first, const std::uint64_t* end, std::ui
 
 /// Overflowing index j goes to spill[at[j]] while the area lasts; the last thread totals.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void spill_kernel(const std::uint64_t* sorted, const std::uint32_t* part, const std::uint32_t* flag,
                   const std::uint32_t* at, std::uint64_t m, std::uint64_t overflow, std::uint64_t* spill,
                   std::uint32_t* spill_parts, std::uint64_t* total) {
@@ -131,7 +134,7 @@ void spill_kernel(const std::uint64_t* sorted, const std::uint32_t* part, const 
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void member_kernel(std::uint64_t n, std::uint64_t seed, std::uint32_t parts, std::uint32_t p,
                    std::uint32_t* member) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -149,7 +152,7 @@ void count_members_kernel(const std::uint32_t* member, const std::uint32_t* rank
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void set_bits_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
                      std::uint32_t parts, std::uint32_t p, const std::uint32_t* rank,
                      unsigned long long* bits, std::uint64_t words, unsigned* bad) {
@@ -170,7 +173,7 @@ void set_bits_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t
 
 /// selected[i]: member i of p whose bit is set; a set bit at or past the member count flags.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void selected_kernel(std::uint64_t n, const std::uint32_t* member, const std::uint32_t* rank,
                      const std::uint64_t* bits, std::uint64_t words, std::uint32_t* selected,
                      unsigned* bad) {
@@ -189,7 +192,7 @@ void selected_kernel(std::uint64_t n, const std::uint32_t* member, const std::ui
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(partition_policy::threads)
 void gather_kernel(std::uint64_t n, const std::uint32_t* selected, const std::uint32_t* at,
                    std::uint64_t* out, std::uint64_t out_size, std::uint64_t* total) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -208,8 +211,8 @@ struct partition_backend<cuda> {
     auto* load = reinterpret_cast<unsigned long long*>(exec.scratch(z.parts() * sizeof(std::uint64_t)));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(load, 0, z.parts() * sizeof(std::uint64_t), exec.stream()));
     if (n != 0) {
-      launch(partition_device::loads_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), n, z.seed(), z.parts(),
-             load);
+      launch_over<partition_policy>(exec, n, partition_device::loads_kernel<>, n, z.seed(),
+                                    z.parts(), load);
     }
     std::vector<std::uint64_t> out(z.parts());
     GRADZIP_CUDA_TRY(cudaMemcpyAsync(out.data(), load, out.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
@@ -247,20 +250,24 @@ struct partition_backend<cuda> {
     auto* bad = reinterpret_cast<unsigned*>(scratch + at_scalars + 8);
     GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_runs, 0, 2 * runs + 256, exec.stream()));
     if (m != 0) {
-      const unsigned grid = grid_for(exec, m);
-      launch(partition_device::prepare_kernel<>, grid, block_threads, 0, exec.stream(), sorted.data(), m, n, z.seed(), parts,
+      const unsigned grid = grid_for_policy<partition_policy>(exec, m);
+      launch(partition_device::prepare_kernel<>, grid, partition_policy::threads,
+             0, exec.stream(), sorted.data(), m, n, z.seed(), parts,
              part, position, bad);
       GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, position,
                                                        sorted_position, m, 0, radix_bits(parts), exec.stream()));
-      launch(partition_device::runs_kernel<>, grid, block_threads, 0, exec.stream(), sorted_part, m, first, end);
-      launch(partition_device::place_kernel<>, grid, block_threads, 0, exec.stream(), sorted.data(), sorted_part,
+      launch(partition_device::runs_kernel<>, grid, partition_policy::threads,
+             0, exec.stream(), sorted_part, m, first, end);
+      launch(partition_device::place_kernel<>, grid, partition_policy::threads,
+             0, exec.stream(), sorted.data(), sorted_part,
              sorted_position, m, first, capacity, slots.data(), flag);
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(scratch + at_temp, scan_bytes, flag, place, m, exec.stream()));
-      launch(partition_device::spill_kernel<>, grid, block_threads, 0, exec.stream(), sorted.data(), part, flag, place, m,
+      launch(partition_device::spill_kernel<>, grid, partition_policy::threads,
+             0, exec.stream(), sorted.data(), part, flag, place, m,
              overflow, spill.data(), spill_parts.data(), total);
     }
-    launch(partition_device::counts_kernel<>, grid_for(exec, parts), block_threads, 0, exec.stream(), first, end, parts,
-           capacity, counts.data());
+    launch_over<partition_policy>(exec, parts, partition_device::counts_kernel<>, first, end, parts,
+                                  capacity, counts.data());
     const auto [spilled, flags] = read_scalars(exec, total, bad);
     GRADZIP_EXPECTS(flags == 0, "partition::split_fixed: indices must be increasing and < n");
     hash::partition::split_result r;
@@ -274,9 +281,10 @@ struct partition_backend<cuda> {
     const bitmap_scratch s = ranks(z, exec, p, n);
     if (!bits.empty()) GRADZIP_CUDA_TRY(cudaMemsetAsync(bits.data(), 0, bits.size() * 8, exec.stream()));
     if (!sorted.empty()) {
-      launch(partition_device::set_bits_kernel<>, grid_for(exec, sorted.size()), block_threads, 0, exec.stream(),
-             sorted.data(), sorted.size(), n, z.seed(), z.parts(), p, s.rank,
-             reinterpret_cast<unsigned long long*>(bits.data()), bits.size(), s.bad);
+      launch_over<partition_policy>(exec, sorted.size(), partition_device::set_bits_kernel<>,
+                                    sorted.data(), sorted.size(), n, z.seed(), z.parts(), p, s.rank,
+                                    reinterpret_cast<unsigned long long*>(bits.data()), bits.size(),
+                                    s.bad);
     }
     const auto [members, flags] = read_scalars(exec, s.members, s.bad);
     GRADZIP_EXPECTS((flags & partition_device::too_few_words) == 0, "partition::encode_bitmap: ", bits.size(),
@@ -290,14 +298,15 @@ struct partition_backend<cuda> {
                                      span<const std::uint64_t> bits, span<std::uint64_t> out) {
     const bitmap_scratch s = ranks(z, exec, p, n);
     // Always: with n = 0 every set bit is past the end.
-    const unsigned grid = grid_for(exec, std::max<std::uint64_t>(n, bits.size()));
-    launch(partition_device::selected_kernel<>, grid, block_threads, 0, exec.stream(), n, s.member, s.rank, bits.data(),
+    const unsigned grid = grid_for_policy<partition_policy>(exec, std::max<std::uint64_t>(n, bits.size()));
+    launch(partition_device::selected_kernel<>, grid, partition_policy::threads,
+           0, exec.stream(), n, s.member, s.rank, bits.data(),
            bits.size(), s.selected, s.bad);
     if (n != 0) {
       std::size_t temp = s.temp_bytes;
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(s.temp, temp, s.selected, s.at, n, exec.stream()));
-      launch(partition_device::gather_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), n, s.selected, s.at,
-             out.data(), out.size(), s.total);
+      launch_over<partition_policy>(exec, n, partition_device::gather_kernel<>, n, s.selected, s.at,
+                                    out.data(), out.size(), s.total);
     }
     const auto [selected, flags] = read_scalars(exec, s.total, s.bad);
     if ((flags & partition_device::bit_past_end) != 0) {
@@ -352,8 +361,8 @@ struct partition_backend<cuda> {
     s.temp_bytes = temp_bytes;
     GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_scalars, 0, 256, exec.stream()));
     if (n != 0) {
-      launch(partition_device::member_kernel<>, grid_for(exec, n), block_threads, 0, exec.stream(), n, z.seed(), z.parts(), p,
-             s.member);
+      launch_over<partition_policy>(exec, n, partition_device::member_kernel<>, n, z.seed(),
+                                    z.parts(), p, s.member);
       std::size_t temp = temp_bytes;
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(s.temp, temp, s.member, s.rank, n, exec.stream()));
       launch(partition_device::count_members_kernel<>, 1, 1, 0, exec.stream(), s.member, s.rank, n, s.members);

@@ -14,6 +14,10 @@
 
 namespace gradzip::detail {
 
+/// The decode kernels over entries, bitmap words or delta chunks (validation, zeroing, sparse
+/// apply): one item per thread and grid-stride step. The dense apply has its own (below).
+using decode_policy = launch_policy<256, 1, 8>;
+
 template <class Codec>
 __global__ __launch_bounds__(1)
 void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
@@ -105,7 +109,7 @@ struct element_recheck {
 };
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -167,7 +171,7 @@ inline constexpr bool checks_runs = Codec::dense && Codec::bucketed;
 /// Notes the lowest failing position of each thread's share: each element's index and code
 /// (Codec::check_index), or for dense bucketed payloads each code of a run of 8.
 template <class Codec>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void validate_kernel(const payload_view* view, const wire::status* st, unsigned long long* pending) {
   if (!decoding_ok(st)) return;
   const payload_view v = *view;
@@ -175,7 +179,7 @@ void validate_kernel(const payload_view* view, const wire::status* st, unsigned 
   const std::uint64_t first_thread = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if constexpr (checks_runs<Codec>) {
     using Values = typename Codec::values_type;
-    static_assert(dense_apply_policy::threads == block_threads, "validate_kernel: the dense apply's blocks");
+    static_assert(dense_apply_policy::threads == decode_policy::threads, "validate_kernel: the dense apply's blocks");
     for (std::uint64_t run = first_thread; run < (v.count + 7) / 8; run += stride) {
       const run_of_8 r = run_at(run, v.count);
       unsigned code[8];
@@ -239,7 +243,7 @@ void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float
 /// Sparse payloads with COO or implicit indices: one element per thread and step. Indices are
 /// strictly increasing (validated), so no two threads touch one element.
 template <class Codec, class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wire::status* st) {
   if (!decoding_ok(st)) return;
   const payload_view v = *view;
@@ -256,7 +260,7 @@ void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wi
 // Bitmap indices: bits per word (and bits past n, which fail), a device scan of the counts,
 // a check of the total against the count, then one thread per word accumulates its elements.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void bitmap_count_kernel(const payload_view* view, std::uint64_t out_size, std::uint64_t* counts, wire::status* st) {
   if (!decoding_ok(st)) return;
   const payload_view v = *view;
@@ -282,7 +286,7 @@ void bitmap_total_kernel(const payload_view* view, std::uint64_t out_size, const
 }
 
 template <class Codec, class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void bitmap_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha,
                          const std::uint64_t* first, const wire::status* st) {
   if (!decoding_ok(st)) return;
@@ -307,7 +311,7 @@ __device__ inline wire::status check_chunk(const payload_view& v, std::uint64_t 
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void delta_validate_kernel(const payload_view* view, std::uint64_t out_size, const wire::status* st,
                            unsigned long long* pending) {
   if (!decoding_ok(st)) return;
@@ -329,7 +333,7 @@ struct chunk_recheck {
 };
 
 template <class Codec, class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(decode_policy::threads)
 void delta_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha, const wire::status* st) {
   if (!decoding_ok(st)) return;
   const payload_view v = *view;
@@ -389,8 +393,9 @@ struct payload_backend<cuda> {
     launch(parse_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, view, exec.status_word());
     if constexpr (Codec::checks_elements) {
       const unsigned grid = checks_runs<Codec> ? grid_for_policy<dense_apply_policy>(exec, out_size)
-                                               : grid_for(exec, entry_bound<Codec>(payload, out_size));
-      launch(validate_kernel<Codec>, grid, block_threads, 0, exec.stream(), view, exec.status_word(),
+                                               : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
+      launch(validate_kernel<Codec>, grid, decode_policy::threads,
+             0, exec.stream(), view, exec.status_word(),
              exec.pending_failure());
       settle(exec, element_recheck<Codec>{view});
     }
@@ -404,8 +409,8 @@ struct payload_backend<cuda> {
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
       auto* counts = reinterpret_cast<std::uint64_t*>(ws + view_bytes);
       first = counts + words;
-      launch(bitmap_count_kernel<>, grid_for(exec, words), block_threads, 0, exec.stream(), view, out_size, counts,
-             exec.status_word());
+      launch_over<decode_policy>(exec, words, bitmap_count_kernel<>, view, out_size, counts,
+                                 exec.status_word());
       if (words != 0) {
         std::size_t temp_size = temp_bytes;
         GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(reinterpret_cast<std::byte*>(counts + 2 * words) + 256, temp_size,
@@ -414,8 +419,9 @@ struct payload_backend<cuda> {
       launch(bitmap_total_kernel<>, 1, 1, 0, exec.stream(), view, out_size, counts, first, exec.status_word());
     }
     if constexpr (may_delta) {
-      launch(delta_validate_kernel<>, grid_for(exec, delta_chunk_bound(payload, out_size)), block_threads, 0,
-             exec.stream(), view, out_size, exec.status_word(), exec.pending_failure());
+      launch_over<decode_policy>(exec, delta_chunk_bound(payload, out_size),
+                                 delta_validate_kernel<>, view, out_size, exec.status_word(),
+                                 exec.pending_failure());
       settle(exec, chunk_recheck{view, out_size});
     }
     return {view, first};
@@ -440,9 +446,8 @@ struct payload_backend<cuda> {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
     const checked c = check(exec, codec, payload, out.size());
     if constexpr (Codec::dense) {  // every element written: no zeroing for decompress
-      launch(dense_apply_kernel<Codec, T>, grid_for_policy<dense_apply_policy>(exec, out.size()),
-             dense_apply_policy::threads, 0, exec.stream(), c.view, out.data(), out.size(), alpha, overwrite,
-             exec.status_word());
+      launch_over<dense_apply_policy>(exec, out.size(), dense_apply_kernel<Codec, T>, c.view,
+                                      out.data(), out.size(), alpha, overwrite, exec.status_word());
       return;
     }
     using Indices = typename Codec::indices_type;
@@ -450,20 +455,23 @@ struct payload_backend<cuda> {
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
     constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
     if (overwrite && !out.empty()) {
-      launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
-             exec.status_word());
+      launch_over<decode_policy>(exec, out.size(), zero_if_ok_kernel<T>, out.data(), out.size(),
+                                 exec.status_word());
     }
     if constexpr (!Codec::staged || automatic) {
-      launch(sparse_apply_kernel<Codec, T>, grid_for(exec, entry_bound<Codec>(payload, out.size())), block_threads, 0,
-             exec.stream(), c.view, out.data(), alpha, exec.status_word());
+      launch_over<decode_policy>(exec, entry_bound<Codec>(payload, out.size()),
+                                 sparse_apply_kernel<Codec, T>, c.view, out.data(), alpha,
+                                 exec.status_word());
     }
     if constexpr (may_bitmap) {
-      launch(bitmap_apply_kernel<Codec, T>, grid_for(exec, encode::bitmap::words(out.size())), block_threads, 0,
-             exec.stream(), c.view, out.data(), out.size(), alpha, c.first, exec.status_word());
+      launch_over<decode_policy>(exec, encode::bitmap::words(out.size()),
+                                 bitmap_apply_kernel<Codec, T>, c.view, out.data(), out.size(),
+                                 alpha, c.first, exec.status_word());
     }
     if constexpr (may_delta) {
-      launch(delta_apply_kernel<Codec, T>, grid_for(exec, delta_chunk_bound(payload, out.size())), block_threads, 0,
-             exec.stream(), c.view, out.data(), out.size(), alpha, exec.status_word());
+      launch_over<decode_policy>(exec, delta_chunk_bound(payload, out.size()),
+                                 delta_apply_kernel<Codec, T>, c.view, out.data(), out.size(),
+                                 alpha, exec.status_word());
     }
   }
 };

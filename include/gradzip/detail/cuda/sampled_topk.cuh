@@ -13,10 +13,13 @@
 
 namespace gradzip::detail {
 
+/// The strided sample of sampled and hashed top-k, and the search's one-block verdict.
+using sample_policy = launch_policy<256, 1, 8>;
+
 using sampled_search = sparsify::detail::threshold_search;
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(sample_policy::threads)
 void sample_keys_kernel(const T* x, std::uint64_t n, std::uint64_t s, std::uint64_t seed,
                         std::uint32_t* keys) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -70,7 +73,7 @@ void search_histogram_kernel(const T* x, std::uint64_t n, const sampled_search* 
 
 /// The round's verdict; the histogram is cleared for the next round.
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(sample_policy::threads)
 void search_decide_kernel(sampled_search* state, unsigned long long* hist, std::uint64_t k,
                           std::uint64_t cap) {
   if (threadIdx.x == 0 && !state->done) {
@@ -113,7 +116,8 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     auto* sorted = reinterpret_cast<std::uint32_t*>(scratch + l.sorted);
     const std::uint64_t size = s.sample_size(n);
     cudaStream_t stream = exec.stream();
-    launch(sample_keys_kernel<T>, grid_for(exec, size), block_threads, 0, stream, x.data(), n, size, s.seed(), keys);
+    launch(sample_keys_kernel<T>, grid_for_policy<sample_policy>(exec, size), sample_policy::threads,
+           0, stream, x.data(), n, size, s.seed(), keys);
     std::size_t temp_bytes = l.sort_temp_bytes;
     GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(scratch + l.sort_temp, temp_bytes, keys, sorted,
                                                               size, 0, 32, stream));
@@ -121,9 +125,10 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     launch(search_start_kernel<>, 1, 1, 0, stream, sorted, size, k, n, state);
     const std::uint64_t cap = sparsify::sampled_topk::upper_count(k, n);
     for (int round = 0; round < sampled_search::max_rounds; ++round) {
-      launch(search_histogram_kernel<T>, grid_for_policy<search_policy>(exec, n), search_policy::threads, 0, stream,
+      launch(search_histogram_kernel<T>, grid_for_policy<search_policy>(exec, n), search_policy::threads,
+             0, stream,
              x.data(), n, state, hist);
-      launch(search_decide_kernel<>, 1, block_threads, 0, stream, state, hist, k, cap);
+      launch(search_decide_kernel<>, 1, sample_policy::threads, 0, stream, state, hist, k, cap);
     }
     return inner::count_on_device_with(exec, x, threshold_of(state));
   }

@@ -9,6 +9,10 @@
 
 namespace gradzip::detail {
 
+/// SimHash: a thread block per projection block (in shared memory); validation one block per
+/// thread.
+using simhash_policy = launch_policy<256, 1, 8>;
+
 namespace simhash_device {
 
 using sh = hash::simhash;
@@ -47,7 +51,7 @@ void frame_kernel(std::uint8_t* base, std::uint64_t n, element_type type, std::u
 // holds at most 2^31 - 1 thread blocks, a tensor may have more gradient blocks.
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(simhash_policy::threads)
 void compress_kernel(const T* x, std::uint64_t n, std::uint8_t* base, std::uint64_t scales_at,
                      std::uint64_t codes_at, std::uint32_t block, std::uint32_t bits, std::uint64_t seed,
                      quantize::compress_context ctx, float inverse_sqrt) {
@@ -111,7 +115,7 @@ __device__ inline sh::frame& shared_frame() {
 }
 
 template <class = void>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(simhash_policy::threads)
 void validate_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t n, element_type type,
                      std::uint32_t block, std::uint32_t bits, std::uint64_t seed, wire::status* st,
                      unsigned long long* pending) {
@@ -141,7 +145,7 @@ struct block_recheck {
 };
 
 template <class T>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(simhash_policy::threads)
 void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
                   std::uint32_t bits, std::uint64_t seed, float alpha, float inverse_sqrt,
                   const wire::status* st) {
@@ -203,9 +207,10 @@ struct simhash_backend<cuda> {
            s.bits(), s.seed(), ctx);
     const std::uint64_t blocks = s.block_count(x.size());
     if (blocks > 0) {
-      launch(simhash_device::compress_kernel<T>, grid_for_units(exec, blocks), block_threads, s.block() * sizeof(float),
-             exec.stream(), x.data(), x.size(), base, l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(),
-             ctx, inverse_sqrt(s.block()));
+      launch_units<simhash_policy>(exec, blocks, s.block() * sizeof(float),
+                                   simhash_device::compress_kernel<T>, x.data(), x.size(), base,
+                                   l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(),
+                                   ctx, inverse_sqrt(s.block()));
     }
     return l.total_bytes();
   }
@@ -217,19 +222,20 @@ struct simhash_backend<cuda> {
     require_aligned(payload.data(), "simhash::decompress");
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     const std::uint64_t blocks = s.block_count(out.size());
-    launch(simhash_device::validate_kernel<>, grid_for(exec, blocks), block_threads, 0, exec.stream(), bytes,
-           payload.size(), out.size(), element_traits<T>::type, s.block(), s.bits(), s.seed(), exec.status_word(),
-           exec.pending_failure());
+    launch_over<simhash_policy>(exec, blocks, simhash_device::validate_kernel<>, bytes,
+                                payload.size(), out.size(), element_traits<T>::type, s.block(),
+                                s.bits(), s.seed(), exec.status_word(), exec.pending_failure());
     settle(exec, simhash_device::block_recheck{bytes, payload.size(), out.size(), element_traits<T>::type, s.block(),
                                                s.bits(), s.seed()});
     if (zero_first) {
-      launch(zero_if_ok_kernel<T>, grid_for(exec, out.size()), block_threads, 0, exec.stream(), out.data(), out.size(),
-             exec.status_word());
+      launch_over<decode_policy>(exec, out.size(), zero_if_ok_kernel<T>, out.data(), out.size(),
+                                 exec.status_word());
     }
     if (blocks > 0) {
-      launch(simhash_device::apply_kernel<T>, grid_for_units(exec, blocks), block_threads, s.block() * sizeof(float),
-             exec.stream(), bytes, payload.size(), out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha,
-             inverse_sqrt(s.block()), exec.status_word());
+      launch_units<simhash_policy>(exec, blocks, s.block() * sizeof(float),
+                                   simhash_device::apply_kernel<T>, bytes, payload.size(),
+                                   out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha,
+                                   inverse_sqrt(s.block()), exec.status_word());
     }
   }
 };

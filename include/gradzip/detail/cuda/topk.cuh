@@ -24,6 +24,10 @@
 
 namespace gradzip::detail {
 
+/// The emit of structures with implicit indices (random-k): one kept element per thread and
+/// grid-stride step.
+using implicit_emit_policy = launch_policy<256, 1, 8>;
+
 /// The passes over x and the list: 256 threads, a run of 8 consecutive elements per thread
 /// (load_run: 16-byte loads), <= 8 blocks per SM. A compaction tile is one run per thread.
 using topk_policy = launch_policy<256, 8, 8>;
@@ -374,13 +378,13 @@ struct structure_backend<cuda, sparsify::none> {
   static void select(cuda& exec, const sparsify::none&, span<const T> x, std::uint64_t,
                      const Sink& sink) {
     if (x.empty()) return;
-    launch(dense_emit_kernel<T, Sink>, grid_for_policy<dense_emit_policy>(exec, x.size()), dense_emit_policy::threads, 0,
-           exec.stream(), x.data(), x.size(), sink);
+    launch_over<dense_emit_policy>(exec, x.size(), dense_emit_kernel<T, Sink>, x.data(), x.size(),
+                                   sink);
   }
 };
 
 template <class Structure, class T, class Sink>
-__global__ __launch_bounds__(block_threads)
+__global__ __launch_bounds__(implicit_emit_policy::threads)
 void implicit_emit_kernel(frame_params sp, const T* x, std::uint64_t n, std::uint64_t k,
                           Sink sink) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -398,8 +402,8 @@ struct implicit_backend<cuda> {
   static void select(cuda& exec, const frame_params& sp, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
     if (k == 0) return;
-    launch(implicit_emit_kernel<Structure, T, Sink>, grid_for(exec, k), block_threads, 0, exec.stream(), sp, x.data(), x.size(),
-           k, sink);
+    launch_over<implicit_emit_policy>(exec, k, implicit_emit_kernel<Structure, T, Sink>, sp,
+                                      x.data(), x.size(), k, sink);
   }
 };
 

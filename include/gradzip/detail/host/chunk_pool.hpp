@@ -12,7 +12,10 @@
 //
 // Results do not change: every algorithm combines per-chunk results by chunk index, and which
 // thread runs a chunk is not observable. Helpers wait on a condition variable (passive), are
-// created on first use, and are never joined: the pool lives until the process exits.
+// created on first use, and are never joined: the pool lives until the process exits. After a
+// job a helper polls for the next one for `linger` (yielding the core at each look) before it
+// sleeps: calls that follow each other closely (a decode's validation and scatter, a fused
+// compressor's groups) then find it awake instead of paying a wake-up each.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -59,6 +63,7 @@ class chunk_pool {
       job_ = {f, context, chunks, helpers};
       done_.store(0, std::memory_order_relaxed);
       claim_.store(tagged(generation, 0), std::memory_order_release);
+      published_.store(generation, std::memory_order_release);
     }
     wake_.notify_all();
     work(generation, job_);
@@ -95,9 +100,16 @@ class chunk_pool {
     }
   }
 
+  /// How long a helper polls for the next job before it sleeps.
+  static constexpr std::chrono::microseconds linger{100};
+
   [[noreturn]] void serve(int index) {
     std::uint64_t seen = 0;
     for (;;) {
+      const auto until = std::chrono::steady_clock::now() + linger;
+      while (published_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
       job mine;
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -114,6 +126,7 @@ class chunk_pool {
   std::mutex mutex_;  // guards generation_, job_ and started_
   std::condition_variable wake_;
   std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> published_{0};  // generation_, for helpers that poll without the mutex
   job job_;
   int started_ = 0;  // helpers started (detached), numbered 0 .. started_ - 1
   std::atomic<std::uint64_t> claim_{0};

@@ -929,6 +929,26 @@ TEST_CASE("planned_allreducer names the group a bad plan, a bad codec list or a 
     planned.run(comm, e, span<float>(g), {0, 0});
   });
   for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("payload from rank 2"));
+  // Zen's route: a part damaged on its way names its sender, and no gradient changes.
+  const schedule::plan zen_plan{{0, 1}, {{0, route::allreduce}, {1, route::sparse_sync}}};
+  std::vector<int> unchanged(3, 0);
+  const auto zen_errors = on_ranks(3, 1, [&](int r, comm::communicator& comm) {
+    host e(1);
+    comm::planned_allreducer<float, host> planned(e, sizes, zen_plan, model, planned_codecs(route::sparse_sync), 3);
+    auto g = gradient_of(r, 450);
+    const auto zen_group = span<float>(g).subspan(100, 350);
+    const std::vector<float> before(zen_group.begin(), zen_group.end());
+    try {
+      planned.run(comm, e, span<float>(g), {0, 0});
+    } catch (...) {
+      unchanged[static_cast<std::size_t>(r)] = std::equal(before.begin(), before.end(), zen_group.begin());
+      throw;
+    }
+  }, true, true);
+  for (int r = 0; r < 3; ++r) {
+    CHECK_THAT(zen_errors[static_cast<std::size_t>(r)], Catch::Contains("part from rank 1"));
+    CHECK(unchanged[static_cast<std::size_t>(r)] == 1);
+  }
   const auto sizes_wrong = on_ranks(2, -1, [&](int, comm::communicator& comm) {
     host e(1);
     comm::planned_allreducer<float, host> planned(e, sizes, p, model, codecs, 2);

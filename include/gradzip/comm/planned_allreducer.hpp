@@ -86,7 +86,8 @@ struct plan_codec {
 
   /// A sparsifying `codec` whose selection is summed by `comm::sparse_sync` (Zen's Balanced
   /// Parallelism), `seed` keying its partition. Each step: compress (with error feedback when
-  /// `mode` says so), decode the payload, and send the nonzero entries it holds.
+  /// `mode` says so), decode the payload, and send the nonzero entries it holds (a selected
+  /// zero adds nothing). The entry lists grow to the largest selection, then stay.
   template <class Codec>
   static plan_codec sparse(std::string name, Codec codec, feedback_mode mode = feedback_mode::none,
                            std::uint64_t seed = 0) {
@@ -136,9 +137,12 @@ struct plan_codec {
           values.push_back(decoded[i]);
         }
       }
-      std::fill(grad.begin(), grad.end(), 0.0f);
-      zen.run(comm, exec, span<const std::uint64_t>(indices), span<const float>(values), grad,
+      // The sum goes to scratch first: a bad part from a peer (format_error) leaves grad as it
+      // was, as the allreducer's routes do.
+      std::fill(decoded.begin(), decoded.end(), 0.0f);
+      zen.run(comm, exec, span<const std::uint64_t>(indices), span<const float>(values), span<float>(decoded),
               1.0f / static_cast<float>(comm.size()));
+      std::copy(decoded.begin(), decoded.end(), grad.begin());
     }
     std::size_t sent_bytes() const override { return static_cast<std::size_t>(zen.last_traffic().sent()); }
   };

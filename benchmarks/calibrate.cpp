@@ -9,12 +9,29 @@
 // The fit minimizes the squared *relative* error, so small sizes (where alpha shows) weigh as
 // much as large ones. Device costs come from gradzip_calibrate_cuda (benchmarks/
 // calibrate_cuda.cu) on a GPU; gradzip_plan --device-calibration merges them.
+//
+// For a sparsifying codec (density below 1) it also times the sparse_sync route's own work:
+// the group as comm::planned_allreducer runs it by Zen's sparse sync (plan_codec::sparse),
+// on one rank, less the codec's compress. One rank does the per-entry work of every rank (the
+// split, the encodings, the merge, the decode) over its own entries; what more ranks add is
+// the network's, which the link model prices.
 #include "calibration.hpp"
 #include "common/synthetic_gradient.hpp"
 
 namespace {
 
 using namespace gradzip_calibration;
+
+/// A communicator of one rank: every collective leaves this rank's data where it is.
+struct single_rank final : gz::comm::communicator {
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override {}
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override { sizes[0] = mine; }
+  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
+    std::copy(mine.begin(), mine.end(), all.begin());
+  }
+};
 
 template <class Codec>
 measured measure(const settings& s, const Codec& c) {
@@ -36,6 +53,16 @@ measured measure(const settings& s, const Codec& c) {
     }));
     m.bytes.push_back(4.0 * static_cast<double>(n));
     m.payload.push_back(static_cast<double>(size));
+    if constexpr (Codec::has_indices) {
+      single_rank one;
+      const auto group = gz::comm::plan_codec<float, gz::host>::sparse("", c).build(exec, n, 1);
+      std::vector<float> work(n);
+      const double whole = median_seconds(s, [&] {
+        std::copy(g.begin(), g.end(), work.begin());
+        group->run(one, exec, gz::span<float>(work), {step++, 0});
+      });
+      m.sparse_sync.push_back(std::max(whole - m.compress.back(), 1e-9));
+    }
   }
   return m;
 }

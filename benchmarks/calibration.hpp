@@ -84,9 +84,10 @@ inline json points_json(const std::vector<double>& x, const std::vector<double>&
   return a;
 }
 
-/// Timings of one codec at several sizes.
+/// Timings of one codec at several sizes; `sparse_sync`, where measured, is the sparse route's
+/// own work (the group's time by sparse sync less its compress).
 struct measured {
-  std::vector<double> bytes, payload, compress, decompress_add;
+  std::vector<double> bytes, payload, compress, decompress_add, sparse_sync;
 };
 
 /// The codec's cost from its timings, on executor `where` (the other executor's costs unknown).
@@ -103,10 +104,13 @@ inline json codec_json(const char* name, bool summable, double density, const me
   const bool host = where == gz::schedule::executor_kind::host;
   (host ? c.host_compress : c.device_compress) = fit(m.bytes, m.compress);
   (host ? c.host_decompress_add : c.device_decompress_add) = fit(m.bytes, m.decompress_add);
+  if (!m.sparse_sync.empty()) (host ? c.host_sparse_sync : c.device_sparse_sync) = fit(m.bytes, m.sparse_sync);
   const std::string prefix = host ? "host_" : "device_";
-  return gz::schedule::to_json(c)
-      .set(prefix + "compress_points", points_json(m.bytes, m.compress))
-      .set(prefix + "decompress_add_points", points_json(m.bytes, m.decompress_add));
+  json out = gz::schedule::to_json(c)
+                 .set(prefix + "compress_points", points_json(m.bytes, m.compress))
+                 .set(prefix + "decompress_add_points", points_json(m.bytes, m.decompress_add));
+  if (!m.sparse_sync.empty()) out.set(prefix + "sparse_sync_points", points_json(m.bytes, m.sparse_sync));
+  return out;
 }
 
 /// The codecs calibrated, in the names gradzip_plan and mpi_train use: f(name, codec, density).

@@ -107,6 +107,7 @@ cost_model make_model(const settings& s, double gbps) {
     if (s.cpu_only) {  // the CPU that computes is the "device"; nothing is offloaded
       c.device_compress = c.host_compress;
       c.device_decompress_add = c.host_decompress_add;
+      c.device_sparse_sync = c.host_sparse_sync;
       c.host_compress = c.host_decompress_add = linear_cost::unknown();
     } else {
       device_costs(c);

@@ -19,9 +19,9 @@ cost_model test_model(int ranks, double bytes_per_s) {
   m.network = {20e-6, bytes_per_s, 1e-6};
   m.pcie = {10e-6, 1.0 / 20e9};
   m.codecs.push_back(codec_cost::uncompressed());
-  codec_cost fp16{"fp16", {8e-6, 1.0 / 900e9}, {8e-6, 1.0 / 900e9}, {2e-6, 1.0 / 8e9}, {2e-6, 1.0 / 8e9}, 0.5, 64, 1.0, true, false};
-  codec_cost topk{"topk", {40e-6, 1.0 / 300e9}, {10e-6, 1.0 / 2000e9}, {5e-6, 1.0 / 2e9}, {3e-6, 1.0 / 50e9}, 0.02, 96, 0.01, false, false};
-  codec_cost qsgd{"qsgd4", {15e-6, 1.0 / 700e9}, {12e-6, 1.0 / 800e9}, {4e-6, 1.0 / 3e9}, {4e-6, 1.0 / 4e9}, 0.133, 96, 1.0, false, false};
+  codec_cost fp16{"fp16", {8e-6, 1.0 / 900e9}, {8e-6, 1.0 / 900e9}, {2e-6, 1.0 / 8e9}, {2e-6, 1.0 / 8e9}, 0.5, 64, 1.0, true, false, {}, {}};
+  codec_cost topk{"topk", {40e-6, 1.0 / 300e9}, {10e-6, 1.0 / 2000e9}, {5e-6, 1.0 / 2e9}, {3e-6, 1.0 / 50e9}, 0.02, 96, 0.01, false, false, {}, {}};
+  codec_cost qsgd{"qsgd4", {15e-6, 1.0 / 700e9}, {12e-6, 1.0 / 800e9}, {4e-6, 1.0 / 3e9}, {4e-6, 1.0 / 4e9}, 0.133, 96, 1.0, false, false, {}, {}};
   m.codecs.push_back(fp16);
   m.codecs.push_back(topk);
   m.codecs.push_back(qsgd);
@@ -206,6 +206,22 @@ TEST_CASE("json reads and writes what the scheduler's files hold, and names what
   CHECK_THROWS_WITH(json::parse("\"abc"), Contains("an unterminated string"));
   CHECK_THROWS_WITH(v.at("zz"), Contains("no key \"zz\""));
   CHECK_THROWS_WITH(v.at("b").number(), Contains("number needs a number, the value is a string"));
+}
+
+TEST_CASE("simulate: the sparse route adds its own calibrated work before the network", "[schedule]") {
+  cost_model m = test_model(4, 1e9);
+  const workload w{{1 << 20}, {1e-3}, 0.0, 4.0};
+  const double without = simulate(w, m, plan{{0}, {topk_sparse}}).iteration_s;
+  m.codecs[2].device_sparse_sync = {20e-6, 1e-10};
+  const timeline t = simulate(w, m, plan{{0}, {topk_sparse}});
+  REQUIRE(t.groups[0].stages.size() == 4);  // compress, the sparse work, the network, the decodes
+  CHECK(t.groups[0].stages[1].on == compute);
+  const double bytes = 4.0 * (1 << 20);
+  CHECK(t.iteration_s == Approx(without + 20e-6 + 1e-10 * bytes));
+  const cost_model back = cost_model_from_json(json::parse(to_json(m).dump()));
+  CHECK(back.codecs[2].device_sparse_sync.alpha == 20e-6);
+  CHECK(back.codecs[2].host_sparse_sync.alpha == 0.0);  // not written, read as zero
+  CHECK(to_json(m).dump().find("host_sparse_sync") == std::string::npos);
 }
 
 TEST_CASE("cost models and plans go to JSON and back", "[schedule]") {

@@ -78,6 +78,11 @@ struct codec_cost {
   double density = 1.0;    ///< the fraction of elements it selects (sparse_sync's nonzeros)
   bool summable = false;   ///< may travel by allreduce
   bool identity = false;   ///< no codec call at all: the gradient itself travels (fp32)
+  /// The sparse_sync route's own work beyond compress, the network and the decodes (finding
+  /// the payload's entries, Zen's split into parts, the part encodings and merges), per input
+  /// byte. Zero where not calibrated (gradzip_calibrate measures the host's). Last, so that
+  /// aggregate initializations written before it still mean what they meant.
+  linear_cost device_sparse_sync, host_sparse_sync;
 
   /// The gradient as it is: no compress, no decode, 4 bytes per fp32 element, summable.
   static codec_cost uncompressed() {
@@ -92,6 +97,9 @@ struct codec_cost {
   const linear_cost& compress(executor_kind e) const { return e == executor_kind::device ? device_compress : host_compress; }
   const linear_cost& decompress_add(executor_kind e) const {
     return e == executor_kind::device ? device_decompress_add : host_decompress_add;
+  }
+  const linear_cost& sparse_sync(executor_kind e) const {
+    return e == executor_kind::device ? device_sparse_sync : host_sparse_sync;
   }
 };
 

@@ -44,9 +44,13 @@ inline json to_json(const codec_cost& c) {
   const std::pair<const char*, const linear_cost*> costs[] = {{"host_compress", &c.host_compress},
                                                               {"host_decompress_add", &c.host_decompress_add},
                                                               {"device_compress", &c.device_compress},
-                                                              {"device_decompress_add", &c.device_decompress_add}};
+                                                              {"device_decompress_add", &c.device_decompress_add},
+                                                              {"host_sparse_sync", &c.host_sparse_sync},
+                                                              {"device_sparse_sync", &c.device_sparse_sync}};
   for (const auto& [key, cost] : costs) {
-    if (cost->known()) o.set(key, to_json(*cost));
+    const bool zero_sparse = (cost == &c.host_sparse_sync || cost == &c.device_sparse_sync) && cost->alpha == 0.0 &&
+                             cost->beta == 0.0;  // the default: not written
+    if (cost->known() && !zero_sparse) o.set(key, to_json(*cost));
   }
   return o;
 }
@@ -88,6 +92,9 @@ inline codec_cost codec_cost_from_json(const json& o) {
   c.host_decompress_add = detail::cost_from_json(o, "host_decompress_add");
   c.device_compress = detail::cost_from_json(o, "device_compress");
   c.device_decompress_add = detail::cost_from_json(o, "device_decompress_add");
+  // The sparse route's own work: zero where a calibration has not measured it.
+  c.host_sparse_sync = o.contains("host_sparse_sync") ? detail::cost_from_json(o, "host_sparse_sync") : linear_cost{};
+  c.device_sparse_sync = o.contains("device_sparse_sync") ? detail::cost_from_json(o, "device_sparse_sync") : linear_cost{};
   GRADZIP_EXPECTS(c.ratio >= 0.0 && c.fixed >= 0.0 && c.density > 0.0 && c.density <= 1.0, "cost model: codec '",
                   c.name, "' has ratio ", c.ratio, ", fixed ", c.fixed, " and density ", c.density,
                   " (ratio and fixed must be >= 0, density in (0, 1])");

@@ -92,8 +92,9 @@ struct stage {
   double seconds = 0.0;
 };
 
-/// At most this many stages per group.
-inline constexpr int max_stages = 5;
+/// At most this many stages per group (host offload by sparse sync: down, compress, its own work,
+/// the network, decode, up).
+inline constexpr int max_stages = 6;
 
 /// The stages of synchronizing `elements` elements by `o`, into `out`; returns their count.
 inline int group_stages(const cost_model& m, const option& o, double elements, double element_bytes,
@@ -115,6 +116,9 @@ inline int group_stages(const cost_model& m, const option& o, double elements, d
       decodes = m.ranks;
       break;
     case route::sparse_sync:
+      if (c.sparse_sync(o.where).known()) {  // its own host (or device) work, before the network's
+        out[k++] = {host ? host_encode : m.encode_on_compute ? compute : device_encode, c.sparse_sync(o.where)(bytes)};
+      }
       out[k++] = {network, m.sparse_sync_seconds(elements, c.density)};
       decodes = 2.0;  // the received parts into the rank's reduced part, then every reduced part
       break;

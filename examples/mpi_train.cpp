@@ -234,14 +234,7 @@ struct zen_topk_reducer final : reducer {
   std::size_t reduce(gz::comm::communicator& comm, gz::host& exec, std::vector<float>& grad, std::uint32_t) override {
     const std::size_t bytes = ef.compress(exec, gz::span<const float>(grad), gz::span<std::byte>(payload));
     top.decompress(exec, gz::span<const std::byte>(payload.data(), bytes), gz::span<float>(decoded));
-    indices.clear();
-    values.clear();
-    for (std::size_t i = 0; i < parameters; ++i) {
-      if (decoded[i] != 0.0f) {
-        indices.push_back(i);
-        values.push_back(decoded[i]);
-      }
-    }
+    gz::comm::nonzeros(gz::span<const float>(decoded), indices, values);
     std::fill(grad.begin(), grad.end(), 0.0f);
     zen.run(comm, exec, gz::span<const std::uint64_t>(indices), gz::span<const float>(values), gz::span<float>(grad),
             1.0f / static_cast<float>(comm.size()));

@@ -859,14 +859,7 @@ TEST_CASE("planned_allreducer runs each group as its plan says, as the group's o
           } else {
             const std::size_t bytes = ef.compress(exec, span<const float>(group(1)), span<std::byte>(payload), {step, 11});
             planned_top1.decompress(exec, span<const std::byte>(payload.data(), bytes), span<float>(decoded));
-            indices.clear();
-            payload_values.clear();
-            for (std::size_t i = 0; i < decoded.size(); ++i) {
-              if (decoded[i] != 0.0f) {
-                indices.push_back(i);
-                payload_values.push_back(decoded[i]);
-              }
-            }
+            comm::nonzeros(span<const float>(decoded), indices, payload_values);
             std::fill(group(1).begin(), group(1).end(), 0.0f);
             zen.run(comm, exec, span<const std::uint64_t>(indices), span<const float>(payload_values), group(1),
                     1.0f / ranks);
@@ -887,6 +880,15 @@ TEST_CASE("planned_allreducer runs each group as its plan says, as the group's o
       }
     }
   }
+}
+
+TEST_CASE("nonzeros lists a dense vector's nonzero positions and values, increasing", "[collective][sparse_sync]") {
+  const std::vector<float> dense = {0.0f, 1.5f, 0.0f, -0.0f, -2.0f, 0.0f};
+  std::vector<std::uint64_t> idx = {7, 8, 9};  // cleared first
+  std::vector<float> val = {1.0f};
+  comm::nonzeros(span<const float>(dense), idx, val);
+  CHECK(idx == std::vector<std::uint64_t>{1, 4});
+  CHECK(val == std::vector<float>{1.5f, -2.0f});
 }
 
 TEST_CASE("planned_allreducer names the group a bad plan, a bad codec list or a bad payload concerns",

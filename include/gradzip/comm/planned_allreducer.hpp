@@ -129,14 +129,7 @@ struct plan_codec {
       const std::size_t bytes = ef ? ef->compress(exec, span<const float>(grad), out, ctx)
                                    : codec.compress(exec, span<const float>(grad), out, ctx);
       codec.decompress(exec, span<const std::byte>(payload.data(), bytes), span<float>(decoded));
-      indices.clear();
-      values.clear();
-      for (std::size_t i = 0; i < decoded.size(); ++i) {
-        if (decoded[i] != 0.0f) {
-          indices.push_back(i);
-          values.push_back(decoded[i]);
-        }
-      }
+      nonzeros(span<const float>(decoded), indices, values);
       // The sum goes to scratch first: a bad part from a peer (format_error) leaves grad as it
       // was, as the allreducer's routes do.
       std::fill(decoded.begin(), decoded.end(), 0.0f);

@@ -245,6 +245,19 @@ struct sparse_sync_traffic {
   std::uint64_t received() const { return scatter_received + gather_received; }
 };
 
+/// sparse_sync's input from a dense vector: indices <- the positions of its nonzero elements,
+/// increasing, and values <- those elements (both cleared first; their capacity is kept).
+inline void nonzeros(span<const float> dense, std::vector<std::uint64_t>& indices, std::vector<float>& values) {
+  indices.clear();
+  values.clear();
+  for (std::size_t i = 0; i < dense.size(); ++i) {
+    if (dense[i] != 0.0f) {
+      indices.push_back(i);
+      values.push_back(dense[i]);
+    }
+  }
+}
+
 /// How sparse_sync moves the nonzeros.
 enum class sparse_scheme {
   balanced_parallelism,          ///< Zen: parts to their owners (alltoallv), reduced parts back (allgather)

@@ -116,8 +116,9 @@ inline int group_stages(const cost_model& m, const option& o, double elements, d
       decodes = m.ranks;
       break;
     case route::sparse_sync:
-      if (c.sparse_sync(o.where).known()) {  // its own host (or device) work, before the network's
-        out[k++] = {host ? host_encode : m.encode_on_compute ? compute : device_encode, c.sparse_sync(o.where)(bytes)};
+      // Its own host (or device) work, before the network's: a stage only where calibrated.
+      if (const double work = c.sparse_sync(o.where)(bytes); work > 0.0) {
+        out[k++] = {host ? host_encode : m.encode_on_compute ? compute : device_encode, work};
       }
       out[k++] = {network, m.sparse_sync_seconds(elements, c.density)};
       decodes = 2.0;  // the received parts into the rank's reduced part, then every reduced part

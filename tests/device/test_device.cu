@@ -14,6 +14,7 @@
 #include "../../examples/stochastic_bf16.hpp"
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
+#include "common/thread_communicator.hpp"
 #include "gradzip/gradzip.cuh"
 
 namespace gz = gradzip;
@@ -1530,4 +1531,272 @@ TEST_CASE("cuda PowerSGD takes bf16 gradients and rejects a bad frame at check()
   dev.check();
   const auto out = dg.download();
   CHECK(std::memcmp(out.data(), g.data(), n * sizeof(bf16)) == 0);
+}
+
+namespace {
+
+/// A rank of an in-process job whose collectives move device memory on a stream of their own
+/// (as NCCL's do): the bytes go through the host to the shared communicator. With a null
+/// stream, a host job's rank (host memory). Every byte a collective delivers is kept in `log`,
+/// so that two jobs can be compared byte for byte.
+class staging_communicator final : public gz::comm::communicator {
+ public:
+  staging_communicator(gz::comm::communicator& inner, cudaStream_t stream) : inner_(inner), stream_(stream) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void* cuda_stream() const noexcept override { return stream_; }
+  void allreduce_sum(void* data, std::size_t count, gz::element_type type) override {
+    REQUIRE((type == gz::element_type::f32 || type == gz::element_type::f64));
+    const std::size_t bytes = count * (type == gz::element_type::f32 ? 4 : 8);
+    std::vector<std::byte> h = fetch(gz::span<const std::byte>(static_cast<const std::byte*>(data), bytes));
+    inner_.allreduce_sum(h.data(), count, type);
+    deliver(h, gz::span<std::byte>(static_cast<std::byte*>(data), bytes));
+  }
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override {
+    inner_.allgather_sizes(mine, sizes);
+  }
+  void alltoall_sizes(gz::span<const std::uint64_t> mine, gz::span<std::uint64_t> theirs) override {
+    inner_.alltoall_sizes(mine, theirs);
+  }
+  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all,
+                        gz::span<const std::uint64_t> sizes) override {
+    std::vector<std::byte> send = fetch(mine), got(all.size());
+    inner_.allgatherv_bytes(gz::span<const std::byte>(send), gz::span<std::byte>(got), sizes);
+    deliver(got, all);
+  }
+  void alltoallv_bytes(gz::span<const std::byte> send, gz::span<const std::uint64_t> send_sizes,
+                       gz::span<std::byte> recv, gz::span<const std::uint64_t> recv_sizes) override {
+    std::vector<std::byte> out = fetch(send), got(recv.size());
+    inner_.alltoallv_bytes(gz::span<const std::byte>(out), send_sizes, gz::span<std::byte>(got), recv_sizes);
+    deliver(got, recv);
+  }
+  std::vector<std::vector<std::byte>> log;
+
+ private:
+  std::vector<std::byte> fetch(gz::span<const std::byte> from) const {
+    std::vector<std::byte> h(from.size());
+    if (h.empty()) return h;
+    if (stream_ != nullptr) {
+      GRADZIP_CUDA_TRY(cudaMemcpyAsync(h.data(), from.data(), h.size(), cudaMemcpyDeviceToHost, stream_));
+      GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_));
+    } else {
+      std::memcpy(h.data(), from.data(), h.size());
+    }
+    return h;
+  }
+  void deliver(const std::vector<std::byte>& got, gz::span<std::byte> to) {
+    log.push_back(got);
+    if (got.empty()) return;
+    if (stream_ != nullptr) {
+      GRADZIP_CUDA_TRY(cudaMemcpyAsync(to.data(), got.data(), got.size(), cudaMemcpyHostToDevice, stream_));
+      GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_));
+    } else {
+      std::memcpy(to.data(), got.data(), got.size());
+    }
+  }
+  gz::comm::communicator& inner_;
+  cudaStream_t stream_;
+};
+
+/// A non-blocking stream for one rank's collectives, destroyed with it.
+struct rank_stream {
+  cudaStream_t stream = nullptr;
+  rank_stream() { GRADZIP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~rank_stream() { cudaStreamDestroy(stream); }
+};
+
+/// One sparse_sync step per rank on `ranks` threads, on the host or the device executor: each
+/// rank's output, bytes received and error message.
+struct zen_job {
+  std::vector<std::vector<float>> out;
+  std::vector<std::vector<std::vector<std::byte>>> received;
+  std::vector<gz::comm::sparse_sync_traffic> traffic;
+  std::vector<std::string> errors;
+};
+
+zen_job run_zen(bool device, int ranks, std::uint64_t n, double density, gz::comm::sparse_scheme scheme,
+                int corrupt_from = -1, bool corrupt_exchange = false) {
+  zen_job job;
+  job.out.assign(ranks, gradzip_tools::synthetic_gradient<float>(n, 3));
+  job.received.resize(ranks);
+  job.traffic.resize(ranks);
+  job.errors = gradzip_test::on_ranks(
+      ranks, corrupt_from,
+      [&](int r, gz::comm::communicator& inner) {
+        std::vector<std::uint64_t> idx;
+        std::vector<float> val;
+        gradzip_test::sparse_gradient(r, n, density, idx, val);
+        rank_stream network;
+        staging_communicator c(inner, device ? network.stream : nullptr);
+        auto& out = job.out[static_cast<std::size_t>(r)];
+        if (device) {
+          gz::cuda dev;
+          gz::comm::basic_sparse_sync<gz::cuda> zen(n, ranks, 17);
+          device_vector<std::uint64_t> didx(idx);
+          device_vector<float> dval(val), dout(out);
+          try {
+            zen.run(c, dev, gz::span<const std::uint64_t>(didx.data, idx.size()),
+                    gz::span<const float>(dval.data, val.size()), dout.view(), 0.5f, scheme);
+          } catch (...) {
+            job.received[static_cast<std::size_t>(r)] = c.log;
+            out = dout.download();
+            throw;
+          }
+          dev.synchronize();
+          out = dout.download();
+          job.traffic[static_cast<std::size_t>(r)] = zen.last_traffic();
+        } else {
+          gz::host exec(1);
+          gz::comm::sparse_sync zen(n, ranks, 17);
+          zen.run(c, exec, gz::span<const std::uint64_t>(idx), gz::span<const float>(val), gz::span<float>(out),
+                  0.5f, scheme);
+          job.traffic[static_cast<std::size_t>(r)] = zen.last_traffic();
+        }
+        job.received[static_cast<std::size_t>(r)] = c.log;
+      },
+      true, corrupt_exchange);
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("cuda sparse_sync (Zen) sends the host's bytes and sums to the host's bits, every scheme", "[gpu]") {
+  REQUIRE_GPU();
+  using scheme = gz::comm::sparse_scheme;
+  for (const int ranks : {1, 3, 4}) {  // 3: a rank folded into the hierarchy
+    for (const double density : {0.002, 0.03, 0.4}) {  // COO, delta-varint and bitmap parts
+      for (const scheme s : {scheme::balanced_parallelism, scheme::allgather, scheme::hierarchical_centralization}) {
+        INFO(ranks << " ranks, density " << density << ", scheme " << static_cast<int>(s));
+        const std::uint64_t n = 20011;
+        const zen_job want = run_zen(false, ranks, n, density, s), got = run_zen(true, ranks, n, density, s);
+        for (int r = 0; r < ranks; ++r) {
+          INFO("rank " << r << ": " << got.errors[r]);
+          REQUIRE(got.errors[r].empty());
+          CHECK(got.received[r] == want.received[r]);  // every part, reduced part and stage
+          CHECK(std::memcmp(got.out[r].data(), want.out[r].data(), n * sizeof(float)) == 0);
+          CHECK(got.traffic[r].received() == want.traffic[r].received());
+          CHECK(got.traffic[r].sent() == want.traffic[r].sent());
+          CHECK(got.traffic[r].union_entries == want.traffic[r].union_entries);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda sparse_sync names the rank whose bytes are bad as the host does, and changes nothing", "[gpu]") {
+  REQUIRE_GPU();
+  using scheme = gz::comm::sparse_scheme;
+  struct damage {
+    scheme s;
+    bool in_exchange;
+  };
+  for (const damage d : {damage{scheme::balanced_parallelism, true}, damage{scheme::balanced_parallelism, false},
+                         damage{scheme::hierarchical_centralization, true}, damage{scheme::allgather, false}}) {
+    for (const double density : {0.002, 0.4}) {
+      INFO("scheme " << static_cast<int>(d.s) << (d.in_exchange ? ", exchange" : ", gather") << ", density "
+                     << density);
+      const std::uint64_t n = 5003;
+      const zen_job want = run_zen(false, 4, n, density, d.s, 2, d.in_exchange);
+      const zen_job got = run_zen(true, 4, n, density, d.s, 2, d.in_exchange);
+      const auto start = gradzip_tools::synthetic_gradient<float>(n, 3);
+      for (int r = 0; r < 4; ++r) {
+        INFO("rank " << r);
+        CHECK(got.errors[r].find("from rank 2") != std::string::npos);
+        CHECK(got.errors[r] == want.errors[r]);
+        CHECK(got.out[r] == start);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda sparse_sync rejects bad arguments with the host's messages", "[gpu]") {
+  REQUIRE_GPU();
+  const auto errors = gradzip_test::on_ranks(2, -1, [&](int, gz::comm::communicator& inner) {
+    rank_stream network;
+    staging_communicator c(inner, network.stream);
+    gz::cuda dev;
+    gz::comm::basic_sparse_sync<gz::cuda> zen(100, 2);
+    device_vector<float> out(100), v(std::vector<float>{1.0f, 2.0f});
+    device_vector<std::uint64_t> unsorted(std::vector<std::uint64_t>{5, 3}), past(std::vector<std::uint64_t>{5, 100});
+    CHECK_THROWS_WITH(zen.run(c, dev, gz::span<const std::uint64_t>(unsorted.data, 2), gz::span<const float>(v.data, 2),
+                              out.view()),
+                      "sparse_sync: index 1 (3) is not increasing and below n = 100");
+    CHECK_THROWS_WITH(zen.run(c, dev, gz::span<const std::uint64_t>(past.data, 2), gz::span<const float>(v.data, 2),
+                              out.view()),
+                      "sparse_sync: index 1 (100) is not increasing and below n = 100");
+    CHECK_THROWS_WITH(zen.run(c, dev, gz::span<const std::uint64_t>(past.data, 2), gz::span<const float>(v.data, 1),
+                              out.view()),
+                      Catch::Contains("2 indices and 1 values"));
+  });
+  CHECK(errors[0].empty());
+  CHECK(errors[1].empty());
+}
+
+TEST_CASE("cuda auto_sparse_sync profiles and chooses as the host does, dense allreduce included", "[gpu]") {
+  REQUIRE_GPU();
+  const std::uint64_t n = 20011;
+  const gz::comm::link_model bandwidth{0.0, 12.5e9, 0.0};
+  std::vector<gz::comm::sync_choice> chosen;
+  for (const auto& scenario : std::vector<std::pair<int, double>>{{4, 1.0}, {4, 0.02}, {3, 0.02}}) {
+    const int ranks = scenario.first;
+    const double density = scenario.second;
+    INFO(ranks << " ranks, density " << density);
+    struct result {
+      std::vector<float> profiled, chosen;
+      gz::comm::sync_choice choice;
+      std::uint64_t dense_bytes;
+      std::vector<std::vector<std::byte>> received;
+    };
+    std::vector<result> host_side(ranks), device_side(ranks);
+    for (const bool device : {false, true}) {
+      auto& results = device ? device_side : host_side;
+      const auto errors = gradzip_test::on_ranks(ranks, -1, [&](int r, gz::comm::communicator& inner) {
+        std::vector<std::uint64_t> idx;
+        std::vector<float> val;
+        gradzip_test::sparse_gradient(r, n, density, idx, val);
+        rank_stream network;
+        staging_communicator c(inner, device ? network.stream : nullptr);
+        result& mine = results[static_cast<std::size_t>(r)];
+        mine.profiled.assign(n, 1.0f);
+        mine.chosen.assign(n, 1.0f);
+        if (device) {
+          gz::cuda dev;
+          gz::comm::basic_auto_sparse_sync<gz::cuda> zen(n, ranks, bandwidth, 7);
+          device_vector<std::uint64_t> didx(idx);
+          device_vector<float> dval(val), profiled(mine.profiled), out(mine.chosen);
+          const gz::span<const std::uint64_t> i(didx.data, idx.size());
+          const gz::span<const float> v(dval.data, val.size());
+          zen.run(c, dev, i, v, profiled.view(), 0.5f);
+          zen.run(c, dev, i, v, out.view(), 0.5f);
+          dev.synchronize();
+          mine.profiled = profiled.download();
+          mine.chosen = out.download();
+          mine.choice = zen.choice();
+          mine.dense_bytes = zen.last_dense_bytes();
+        } else {
+          gz::host exec(1);
+          gz::comm::auto_sparse_sync zen(n, ranks, bandwidth, 7);
+          zen.run(c, exec, gz::span<const std::uint64_t>(idx), gz::span<const float>(val),
+                  gz::span<float>(mine.profiled), 0.5f);
+          zen.run(c, exec, gz::span<const std::uint64_t>(idx), gz::span<const float>(val),
+                  gz::span<float>(mine.chosen), 0.5f);
+          mine.choice = zen.choice();
+          mine.dense_bytes = zen.last_dense_bytes();
+        }
+        mine.received = c.log;
+      });
+      for (const auto& e : errors) REQUIRE(e.empty());
+    }
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r << " chose " << gz::comm::name(device_side[r].choice));
+      CHECK(device_side[r].choice == host_side[r].choice);
+      CHECK(device_side[r].dense_bytes == host_side[r].dense_bytes);
+      CHECK(device_side[r].received == host_side[r].received);
+      CHECK(std::memcmp(device_side[r].profiled.data(), host_side[r].profiled.data(), n * sizeof(float)) == 0);
+      CHECK(std::memcmp(device_side[r].chosen.data(), host_side[r].chosen.data(), n * sizeof(float)) == 0);
+    }
+    chosen.push_back(device_side[0].choice);
+  }
+  CHECK(std::count(chosen.begin(), chosen.end(), gz::comm::sync_choice::dense_allreduce) >= 1);
+  CHECK(std::count(chosen.begin(), chosen.end(), gz::comm::sync_choice::dense_allreduce) < 3);
 }

@@ -41,200 +41,15 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "gradzip/comm/collective.hpp"
 #include "gradzip/comm/sparse_cost.hpp"
-#include "gradzip/detail/host/encode.hpp"
-#include "gradzip/encode/automatic.hpp"
-#include "gradzip/hash/partition.hpp"
-#include "gradzip/wire/reader.hpp"
-#include "gradzip/wire/writer.hpp"
+#include "gradzip/comm/zen_part.hpp"
+#include "gradzip/detail/host/sparse_sync.hpp"
 
 namespace gradzip::comm {
-
-/// Structure id of Zen's part payloads (docs/format.md).
-inline constexpr std::uint8_t zen_part_id = 10;
-
-namespace detail {
-
-/// y += alpha * v: exactly y + v when alpha is 1, else one fused multiply-add (every scheme,
-/// auto_sparse_sync's dense one included, applies its sums so).
-inline void add_scaled(float& y, float v, float alpha) { y = alpha == 1.0f ? y + v : fmaf(alpha, v, y); }
-
-/**
- * A part payload: element type f32, element count |I_p| (the member space), codec id
- * {0, 10, 0, encoding}, sections params (32 bytes), indices (positions in I_p, increasing),
- * values (k floats).
- *
- * | params byte | field |
- * | 0 | u32 part p (P for a whole payload) |
- * | 4 | u32 sender rank |
- * | 8 | u8 phase: 0 a part for its owner, 1 a reduced part, 2 a whole payload (allgather), 3 a
- *   stage of the hierarchy (part = the stage) |
- * | 9 | u8 failed: 1 when the owner could not merge a part (then k = 0), else 0 |
- * | 10 | u16 the format_errc of that part (failed = 1), else 0 |
- * | 12 | u32 the rank that sent that part (failed = 1), else 0 |
- * | 16 | u64 k |
- * | 24 | the encoding's 8 parameter bytes |
- */
-struct zen_part {
-  static constexpr std::uint64_t params_bytes = 32;
-
-  std::uint32_t part = 0;
-  std::uint32_t sender = 0;
-  std::uint8_t phase = 0;
-  std::uint8_t failed = 0;
-  std::uint16_t code = 0;
-  std::uint32_t culprit = 0;
-  std::uint64_t members = 0;  ///< |I_p|
-  std::uint64_t k = 0;
-  std::uint8_t encoding = encode::coo::id;
-  std::uint64_t index_bytes = 0;
-
-  wire::payload_layout layout() const {
-    wire::payload_layout l;
-    l.add(wire::tag::params, params_bytes);
-    l.add(wire::tag::indices, index_bytes);
-    l.add(wire::tag::values, k * sizeof(float));
-    return l;
-  }
-
-  void write_frame(std::uint8_t* out) const {
-    const wire::payload_layout l = layout();
-    wire::write_header(out, l, element_type::f32, wire::codec_id{0, zen_part_id, 0, encoding}, members);
-    wire::zero_section_padding(out, l);
-    std::uint8_t* p = out + l.at(0).offset;
-    std::memset(p, 0, params_bytes);
-    wire::detail::store_le(p, part, 4);
-    wire::detail::store_le(p + 4, sender, 4);
-    p[8] = phase;
-    p[9] = failed;
-    wire::detail::store_le(p + 10, code, 2);
-    wire::detail::store_le(p + 12, culprit, 4);
-    wire::detail::store_le(p + 16, k, 8);
-    if (encoding == encode::coo::id) encode::coo::write_params(p + 24, members);
-    if (encoding == encode::delta_varint::id) encode::delta_varint::write_params(p + 24, members);
-  }
-};
-
-/// A validated part: its frame fields and where its sections are.
-struct zen_part_view {
-  zen_part frame;
-  const std::uint8_t* indices = nullptr;
-  const std::uint8_t* value_bytes = nullptr;  // may be unaligned on the host: read with memcpy
-};
-
-/// f(j, position) for the positions of a part, in order, checking them as it goes: increasing,
-/// below |I_p|, and as many as k.
-template <class F>
-wire::status for_each_position(const zen_part_view& v, F&& f) {
-  using wire::format_errc;
-  const zen_part& z = v.frame;
-  if (z.encoding == encode::coo::id) {
-    const int width = encode::coo::index_width(z.members);
-    std::uint64_t previous = 0;
-    for (std::uint64_t j = 0; j < z.k; ++j) {
-      const std::uint64_t i = encode::coo::load(v.indices, width, j);
-      if (i >= z.members) return wire::fail(format_errc::index_out_of_range, j, i, z.members);
-      if (j != 0 && i <= previous) return wire::fail(format_errc::index_not_increasing, j, i, previous);
-      previous = i;
-      f(j, i);
-    }
-    return {};
-  }
-  if (z.encoding == encode::bitmap::id) {
-    std::uint64_t bits = 0;
-    const std::uint64_t words = encode::bitmap::words(z.members);
-    const wire::status s = encode::bitmap::count_bits(v.indices, z.members, 0, words, bits);
-    if (!s.ok()) return s;
-    if (bits != z.k) return wire::fail(format_errc::bitmap_count_mismatch, bits, z.k);
-    encode::bitmap::for_each_index(v.indices, 0, words, 0, f);
-    return {};
-  }
-  const int width = encode::delta_varint::gap_width(z.members);
-  for (std::uint64_t c = 0; c < encode::delta_varint::chunks(z.k); ++c) {
-    const wire::status s = encode::delta_varint::decode_chunk(v.indices, z.index_bytes, z.k, z.members, width, c, f);
-    if (!s.ok()) return s;
-  }
-  return {};
-}
-
-/// Parses `bytes` (exactly one payload) as a part of `phase` for part `part` (|I_part| =
-/// members) sent by `sender`, and checks every position.
-inline wire::status check_zen_part(const std::uint8_t* bytes, std::uint64_t size, std::uint32_t part,
-                                   std::uint32_t sender, std::uint8_t phase, std::uint64_t members,
-                                   std::uint32_t ranks, zen_part_view& v) {
-  using wire::format_errc;
-  wire::header h;
-  wire::status s = wire::parse_header(bytes, size, h);
-  if (!s.ok()) return s;
-  if (h.total_bytes != size) return wire::fail(format_errc::trailing_bytes, size - h.total_bytes, h.total_bytes);
-  if (h.flags != 0) return wire::fail(format_errc::unknown_flags, h.flags);  // parts are never sealed
-  const std::uint8_t encoding = h.codec.indices;
-  if (h.codec.transform != 0 || h.codec.structure != zen_part_id || h.codec.values != 0 ||
-      (encoding != encode::coo::id && encoding != encode::bitmap::id && encoding != encode::delta_varint::id)) {
-    return wire::fail(format_errc::codec_mismatch, h.codec.packed(),
-                      wire::codec_id{0, zen_part_id, 0, encode::coo::id}.packed());
-  }
-  const wire::tag tags[3] = {wire::tag::params, wire::tag::indices, wire::tag::values};
-  s = wire::expect_sections(h, tags, 3);
-  if (!s.ok()) return s;
-  if (h.sections[0].size != zen_part::params_bytes) {
-    return wire::fail(format_errc::bad_section_size, 0, h.sections[0].size, zen_part::params_bytes);
-  }
-  if (h.type != element_type::f32) {
-    return wire::fail(format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
-                      static_cast<std::uint64_t>(element_type::f32));
-  }
-  if (h.element_count != members) return wire::fail(format_errc::size_mismatch, h.element_count, members);
-  const std::uint64_t at = h.sections[0].offset;
-  const std::uint8_t* p = bytes + at;
-  const wire::param_field fields[3] = {{0, 4, part}, {4, 4, sender}, {8, 1, phase}};
-  s = wire::expect_params(p, fields, 3);
-  if (!s.ok()) return s;
-  zen_part z;
-  z.part = part;
-  z.sender = sender;
-  z.phase = phase;
-  z.failed = p[9];
-  z.code = static_cast<std::uint16_t>(wire::detail::load_le(p + 10, 2));
-  z.culprit = static_cast<std::uint32_t>(wire::detail::load_le(p + 12, 4));
-  z.members = members;
-  z.k = wire::detail::load_le(p + 16, 8);
-  z.encoding = encoding;
-  z.index_bytes = h.sections[1].size;
-  // Only reduced parts and stages report failures, with a code that exists.
-  if (z.failed > 1 || (z.failed == 1 && phase != 1 && phase != 3)) return wire::fail(format_errc::bad_params, 9, z.failed);
-  if (z.code > static_cast<std::uint16_t>(format_errc::step_incomplete)) {
-    return wire::fail(format_errc::bad_params, 10, z.code);
-  }
-  if (z.failed == 0 && (z.code != 0 || z.culprit != 0)) return wire::fail(format_errc::nonzero_reserved, at + 10);
-  if (z.failed == 1 && (z.code == 0 || z.culprit >= ranks)) return wire::fail(format_errc::bad_params, 10, z.code);
-  if (z.k > members || (z.failed == 1 && z.k != 0)) return wire::fail(format_errc::count_overflow, z.k, members);
-  if (encoding == encode::coo::id) s = encode::coo::check_params(p + 24, members, at + 24);
-  if (encoding == encode::bitmap::id) s = encode::bitmap::check_params(p + 24, members, at + 24);
-  if (encoding == encode::delta_varint::id) s = encode::delta_varint::check_params(p + 24, members, at + 24);
-  if (!s.ok()) return s;
-  s = encode::check_section_size(encoding, z.k, members, z.index_bytes, 1);
-  if (!s.ok()) return s;
-  if (h.sections[2].size != z.k * sizeof(float)) {
-    return wire::fail(format_errc::bad_section_size, 2, h.sections[2].size, z.k * sizeof(float));
-  }
-  v.frame = z;
-  v.indices = bytes + h.sections[1].offset;
-  v.value_bytes = bytes + h.sections[2].offset;
-  return for_each_position(v, [](std::uint64_t, std::uint64_t) {});
-}
-
-inline float zen_value(const zen_part_view& v, std::uint64_t j) {
-  float x;
-  std::memcpy(&x, v.value_bytes + j * sizeof(float), sizeof(float));
-  return x;
-}
-
-}  // namespace detail
 
 /// Bytes this rank moved in the last step, by phase (its own part, which stays local, excluded).
 struct sparse_sync_traffic {
@@ -265,40 +80,33 @@ enum class sparse_scheme {
   allgather,                     ///< the baseline: every rank's nonzeros to every rank
 };
 
-class sparse_sync {
+/**
+ * Zen's sparse synchronization on executor Exec: `host` (this header), or `cuda`
+ * (gradzip.cuh, detail/cuda/sparse_sync.cuh), where indices, values, the output and the
+ * communicator's buffers are device memory. Both give the same bytes on the wire and the same
+ * output bits. `comm::sparse_sync` is the host one.
+ */
+template <class Exec>
+class basic_sparse_sync {
+  using engine = detail::zen_engine<Exec>;
+
  public:
   /// For gradients of n elements over `ranks` ranks; `seed` keys h0 (the same on every rank).
-  /// Builds the member tables: O(n) hashes, 12 bytes per element.
-  sparse_sync(std::uint64_t n, int ranks, std::uint64_t seed = 0)
-      : n_(n), ranks_(ranks), partition_(static_cast<std::uint32_t>(ranks >= 1 ? ranks : 1), seed) {
-    GRADZIP_EXPECTS(ranks >= 1, "sparse_sync: ranks must be >= 1, got ", ranks);
-    GRADZIP_EXPECTS(n <= 0xFFFFFFFFull * static_cast<std::uint64_t>(ranks),
-                    "sparse_sync: n = ", n, " is too large for 32-bit member positions");
+  /// Builds the member tables: O(n) hashes, 12 bytes per element (and a device copy on cuda).
+  basic_sparse_sync(std::uint64_t n, int ranks, std::uint64_t seed = 0)
+      : n_(n), ranks_(ranks), tables_(n, ranks, seed), engine_(tables_) {
     const auto parts = static_cast<std::size_t>(ranks);
-    start_.assign(parts + 1, 0);
-    position_.resize(static_cast<std::size_t>(n));
-    std::vector<std::uint64_t> count(parts, 0);
-    for (std::uint64_t i = 0; i < n; ++i) position_[i] = static_cast<std::uint32_t>(count[partition_.part_of(i)]++);
-    for (std::size_t p = 0; p < parts; ++p) {
-      GRADZIP_EXPECTS(count[p] <= 0x100000000ull, "sparse_sync: part ", p, " has ", count[p],
-                      " members, more than 32-bit positions address (n = ", n, ", ranks = ", ranks, ")");
-      start_[p + 1] = start_[p] + count[p];
-    }
-    members_.resize(static_cast<std::size_t>(n));
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const std::uint32_t p = partition_.part_of(i);
-      members_[start_[p] + position_[i]] = i;
-    }
     sizes_.resize(parts);
     theirs_.resize(parts);
     gathered_sizes_.resize(parts);
+    views_.resize(parts);
   }
 
   std::uint64_t size() const noexcept { return n_; }
   int ranks() const noexcept { return ranks_; }
-  const hash::partition& partition() const noexcept { return partition_; }
+  const hash::partition& partition() const noexcept { return tables_.partition; }
   /// |I_p|: how many indices part p owns.
-  std::uint64_t members(std::uint32_t p) const { return start_[p + 1] - start_[p]; }
+  std::uint64_t members(std::uint32_t p) const { return tables_.members_of(p); }
   const sparse_sync_traffic& last_traffic() const noexcept { return traffic_; }
   /// After a hierarchical_centralization step on a rank below the largest power of two q <= P:
   /// the size of its aggregate after each doubling stage, that is the union of the nonzeros of
@@ -319,16 +127,13 @@ class sparse_sync {
 
   /// run's argument checks, naming `what` (the caller) in the message: the communicator's size,
   /// as many values as indices, indices increasing and below n, and an output of n elements.
-  void check_arguments(const communicator& comm, span<const std::uint64_t> indices, span<const float> values,
-                       span<float> out, const char* what) const {
+  void check_arguments(const communicator& comm, Exec& exec, span<const std::uint64_t> indices,
+                       span<const float> values, span<float> out, const char* what) const {
     GRADZIP_EXPECTS(comm.size() == ranks_, what, ": communicator has ", comm.size(), " ranks, built for ", ranks_);
     GRADZIP_EXPECTS(indices.size() == values.size(), what, ": ", indices.size(), " indices and ", values.size(),
                     " values");
     GRADZIP_EXPECTS(out.size() == n_, what, ": output has ", out.size(), " elements, expected ", n_);
-    for (std::size_t j = 0; j < indices.size(); ++j) {
-      GRADZIP_EXPECTS(indices[j] < n_ && (j == 0 || indices[j] > indices[j - 1]), what, ": index ", j, " (",
-                      indices[j], ") is not increasing and below n = ", n_);
-    }
+    engine::check_indices(exec, indices, n_, what);
   }
 
   /// out[i] += alpha * (the sum over ranks of their value at i), for the union of the ranks'
@@ -336,9 +141,9 @@ class sparse_sync {
   /// them. Collective: every rank calls it in the same step. Bad arguments throw
   /// invalid_argument before any communication; a bad part or reduced part throws format_error
   /// naming the rank that sent it, on every rank, with `out` unchanged.
-  void run(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values, span<float> out,
-           float alpha = 1.0f, sparse_scheme scheme = sparse_scheme::balanced_parallelism) {
-    check_arguments(comm, indices, values, out, "sparse_sync");
+  void run(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
+           span<float> out, float alpha = 1.0f, sparse_scheme scheme = sparse_scheme::balanced_parallelism) {
+    check_arguments(comm, exec, indices, values, out, "sparse_sync");
     me_ = static_cast<std::uint32_t>(comm.rank());
     traffic_ = {};
     failure_ = wire::status{};
@@ -348,105 +153,110 @@ class sparse_sync {
       return;
     }
     if (scheme == sparse_scheme::allgather) {
-      positions_.assign(indices.begin(), indices.end());
-      values_.assign(values.begin(), values.end());
-      mine_.clear();
-      encode_part(exec, static_cast<std::uint32_t>(ranks_), me_, 2, n_, positions_, values_, mine_);
-      gather(comm);
-      apply_whole(comm, out, alpha);
+      engine::assign(exec, aggregate_, indices, values);
+      engine::resize(exec, mine_, 0);
+      encode(exec, static_cast<std::uint32_t>(ranks_), 2, n_, aggregate_, 0, aggregate_.size(), mine_);
+      gather(comm, exec);
+      apply_whole(comm, exec, out, alpha);
       return;
     }
     scatter(comm, exec, indices, values);
-    reduce(exec, reinterpret_cast<const std::uint8_t*>(recv_.data()));
-    gather(comm);
-    apply(comm, out, alpha);
+    reduce(exec);
+    gather(comm, exec);
+    apply(comm, exec, out, alpha);
+  }
+
+  /// The dense baseline through the same arguments: the nonzeros scattered into an n-element
+  /// buffer, allreduced as f32, and out[i] += alpha buffer[i] for every i (so a -0.0 in `out`
+  /// at an index no rank sent becomes +0.0). With a communicator that sums in rank order it
+  /// gives the sparse schemes' bits. Returns the bytes allreduced (4n).
+  std::uint64_t run_dense(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
+                          span<float> out, float alpha = 1.0f, const char* what = "sparse_sync::run_dense") {
+    check_arguments(comm, exec, indices, values, out, what);
+    float* dense = engine_.densify(exec, indices, values, n_);
+    engine::hand_over(exec, comm);
+    comm.allreduce_sum(dense, static_cast<std::size_t>(n_), element_type::f32);
+    engine::take_back(exec, comm);
+    engine_.add_dense(exec, out, alpha);
+    return 4 * n_;
+  }
+
+  /// values[0 .. count) (host memory) <- their sum over the ranks, in f64 (every rank then holds
+  /// the same numbers: auto_sparse_sync's profile).
+  void allreduce_host(communicator& comm, Exec& exec, double* values, std::size_t count) {
+    engine_.allreduce_host(comm, exec, values, count);
   }
 
  private:
+  /// What a rank rejected, for the verdicts: the kinds of message.
+  enum class failure_kind : std::uint8_t { part = 0, reduced_part = 1, payload = 2, stage_payload = 3 };
+
   // Step 1 and 2: split by part, encode each part, exchange.
-  void scatter(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values) {
-    const std::uint32_t me = me_;
-    const auto parts = static_cast<std::size_t>(ranks_);
-    part_positions_.assign(parts, {});
-    part_values_.assign(parts, {});
-    for (std::size_t j = 0; j < indices.size(); ++j) {  // positions stay increasing: members are sorted by index
-      const std::uint32_t p = partition_.part_of(indices[j]);
-      part_positions_[p].push_back(position_[indices[j]]);
-      part_values_[p].push_back(values[j]);
+  void scatter(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values) {
+    engine_.split(exec, tables_, indices, values, split_, first_);
+    engine::resize(exec, send_, 0);
+    for (std::uint32_t p = 0; p < static_cast<std::uint32_t>(ranks_); ++p) {
+      sizes_[p] = encode(exec, p, 0, members(p), split_, first_[p], first_[p + 1] - first_[p], send_);
+      if (p != me_) traffic_.scatter_sent += sizes_[p];
     }
-    send_.clear();
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      sizes_[p] = encode_part(exec, p, me, 0, members(p), part_positions_[p], part_values_[p], send_);
-      if (p != me) traffic_.scatter_sent += sizes_[p];
+    exchange_bytes(comm, exec);
+    for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
+      if (r != me_) traffic_.scatter_received += theirs_[r];
     }
-    comm.alltoall_sizes(span<const std::uint64_t>(sizes_), span<std::uint64_t>(theirs_));
-    std::uint64_t total = 0;
-    for (std::uint32_t r = 0; r < parts; ++r) {
-      total += theirs_[r];
-      if (r != me) traffic_.scatter_received += theirs_[r];
-    }
-    recv_.resize(static_cast<std::size_t>(total));
-    comm.alltoallv_bytes(span<const std::byte>(send_), span<const std::uint64_t>(sizes_), span<std::byte>(recv_),
-                         span<const std::uint64_t>(theirs_));
   }
 
-  /// Appends part p's payload (positions increasing, < members(p)) to `to`; returns its size.
-  std::uint64_t encode_part(host& exec, std::uint32_t p, std::uint32_t me, std::uint8_t phase, std::uint64_t universe,
-                            const std::vector<std::uint64_t>& positions, const std::vector<float>& values,
-                            std::vector<std::byte>& to, const wire::status& failure = {}, std::uint32_t culprit = 0) {
+  /// alltoallv of send_ (sizes_ per rank) into recv_ (theirs_ per rank).
+  void exchange_bytes(communicator& comm, Exec& exec) {
+    comm.alltoall_sizes(span<const std::uint64_t>(sizes_), span<std::uint64_t>(theirs_));
+    std::uint64_t total = 0;
+    for (std::uint64_t t : theirs_) total += t;
+    engine::resize(exec, recv_, total);
+    engine::hand_over(exec, comm);
+    comm.alltoallv_bytes(span<const std::byte>(engine::data(send_), send_.size()), span<const std::uint64_t>(sizes_),
+                         span<std::byte>(engine::data(recv_), recv_.size()), span<const std::uint64_t>(theirs_));
+    engine::take_back(exec, comm);
+  }
+
+  /// Appends part p's payload (entries l[at, at + k), positions increasing and < universe) to
+  /// `to`; returns its size. A failure report carries no entries.
+  std::uint64_t encode(Exec& exec, std::uint32_t p, std::uint8_t phase, std::uint64_t universe,
+                       const typename engine::list& l, std::uint64_t at, std::uint64_t k,
+                       typename engine::bytes& to, const wire::status& failure = {}, std::uint32_t culprit = 0) {
     detail::zen_part z;
     z.part = p;
-    z.sender = me;
+    z.sender = me_;
     z.phase = phase;
     z.failed = failure.ok() ? 0 : 1;
     z.code = static_cast<std::uint16_t>(failure.code);
     z.culprit = failure.ok() ? 0 : culprit;
     z.members = universe;
-    z.k = failure.ok() ? positions.size() : 0;  // a failure report carries no entries
-    workspace_.resize(gradzip::detail::index_encoder<host>::workspace_bytes(exec, z.k));
-    z.index_bytes = gradzip::detail::index_encoder<host>::plan<encode::automatic>(exec, positions.data(), z.k, z.members,
-                                                                                  workspace_.data(), z.encoding);
-    const wire::payload_layout l = z.layout();
-    const std::size_t at = to.size();
-    to.resize(at + static_cast<std::size_t>(l.total_bytes()));
-    auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
-    z.write_frame(base);
-    gradzip::detail::index_encoder<host>::encode(exec, z.encoding, positions.data(), z.k, z.members, workspace_.data(),
-                                                 base + l.at(1).offset);
-    if (z.k != 0) std::memcpy(base + l.at(2).offset, values.data(), z.k * sizeof(float));
-    return l.total_bytes();
+    z.k = failure.ok() ? k : 0;
+    return engine_.encode(exec, z, l.position_data(at), l.value_data(at), to);
   }
 
   // Step 3: validate every received part, then sum them in rank order; a bad one is reported
   // in the reduced part instead.
-  void reduce(host& exec, const std::uint8_t* received) {
-    const std::uint32_t me = me_;
-    const std::uint64_t m = members(me);
-    views_.resize(static_cast<std::size_t>(ranks_));
+  void reduce(Exec& exec) {
+    const std::uint64_t m = members(me_);
     std::uint64_t at = 0;
     for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
-      const wire::status s = detail::check_zen_part(received + at, theirs_[r], me, r, 0, m,
-                                                    static_cast<std::uint32_t>(ranks_), views_[r]);
+      note_failure(engine_.check(exec, recv_, at, theirs_[r], me_, r, 0, m, static_cast<std::uint32_t>(ranks_),
+                                 views_[r]),
+                   r, failure_kind::part);
       at += theirs_[r];
-      note_failure(s, r, failure_kind::part);
     }
-    reduced_positions_.clear();
-    reduced_values_.clear();
     if (failure_.ok()) {
-      sum_in_rank_order(m);
-      for (std::uint64_t pos = 0; pos < m; ++pos) {
-        if (touched_[pos] != 0) {
-          reduced_positions_.push_back(pos);
-          reduced_values_.push_back(sums_[pos]);
-        }
-      }
+      engine_.sum(exec, views_, views_.size(), m);
+      engine_.compact(exec, m, reduced_);
+    } else {
+      engine::assign(exec, reduced_, {}, {});
     }
-    mine_.clear();
-    encode_part(exec, me, me, 1, m, reduced_positions_, reduced_values_, mine_, failure_, failure_rank_);
+    engine::resize(exec, mine_, 0);
+    encode(exec, me_, 1, m, reduced_, 0, reduced_.size(), mine_, failure_, failure_rank_);
   }
 
   // Step 4: every rank's reduced part.
-  void gather(communicator& comm) {
+  void gather(communicator& comm, Exec& exec) {
     traffic_.gather_sent = static_cast<std::uint64_t>(mine_.size()) * static_cast<std::uint64_t>(ranks_ - 1);
     comm.allgather_sizes(static_cast<std::uint64_t>(mine_.size()), span<std::uint64_t>(gathered_sizes_));
     std::uint64_t total = 0;
@@ -454,21 +264,31 @@ class sparse_sync {
       total += gathered_sizes_[r];
       if (r != static_cast<std::size_t>(comm.rank())) traffic_.gather_received += gathered_sizes_[r];
     }
-    gathered_.resize(static_cast<std::size_t>(total));
-    comm.allgatherv_bytes(span<const std::byte>(mine_), span<std::byte>(gathered_),
+    engine::resize(exec, gathered_, total);
+    engine::hand_over(exec, comm);
+    comm.allgatherv_bytes(span<const std::byte>(engine::data(mine_), mine_.size()),
+                          span<std::byte>(engine::data(gathered_), gathered_.size()),
                           span<const std::uint64_t>(gathered_sizes_));
+    engine::take_back(exec, comm);
+  }
+
+  /// Checks the P payloads of gathered_ (phase 1: reduced parts; 2: whole payloads), noting
+  /// the first failure.
+  void check_gathered(Exec& exec, std::uint8_t phase, failure_kind kind) {
+    std::uint64_t at = 0;
+    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
+      const std::uint32_t part = phase == 1 ? q : static_cast<std::uint32_t>(ranks_);
+      const std::uint64_t universe = phase == 1 ? members(q) : n_;
+      note_failure(engine_.check(exec, gathered_, at, gathered_sizes_[q], part, q, phase, universe,
+                                 static_cast<std::uint32_t>(ranks_), views_[q]),
+                   q, kind);
+      at += gathered_sizes_[q];
+    }
   }
 
   // Step 5: validate all reduced parts (and what their owners report), agree, then apply them.
-  void apply(communicator& comm, span<float> out, float alpha) {
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(gathered_.data());
-    std::uint64_t at = 0;
-    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
-      const wire::status s = detail::check_zen_part(bytes + at, gathered_sizes_[q], q, q, 1, members(q),
-                                                    static_cast<std::uint32_t>(ranks_), views_[q]);
-      at += gathered_sizes_[q];
-      note_failure(s, q, failure_kind::reduced_part);
-    }
+  void apply(communicator& comm, Exec& exec, span<float> out, float alpha) {
+    check_gathered(exec, 1, failure_kind::reduced_part);
     // An owner's report of a part it rejected (this rank's own rejection is noted already).
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const detail::zen_part& z = views_[q].frame;
@@ -476,17 +296,19 @@ class sparse_sync {
     }
     agree(comm);
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
-      const detail::zen_part_view& v = views_[q];
-      const std::uint64_t* part_members = members_.data() + start_[q];
-      traffic_.union_entries += v.frame.k;
-      (void)detail::for_each_position(v, [&](std::uint64_t j, std::uint64_t pos) {  // validated already
-        add_scaled(out[part_members[pos]], detail::zen_value(v, j), alpha);
-      });
+      traffic_.union_entries += views_[q].frame.k;
+      engine_.apply_part(exec, tables_, q, views_[q], out, alpha);
     }
   }
 
-  /// What a rank rejected, for the verdicts: the kinds of message.
-  enum class failure_kind : std::uint8_t { part = 0, reduced_part = 1, payload = 2, stage_payload = 3 };
+  // The allgather scheme: validate every rank's payload, then sum them in rank order.
+  void apply_whole(communicator& comm, Exec& exec, span<float> out, float alpha) {
+    check_gathered(exec, 2, failure_kind::payload);
+    agree(comm);
+    engine_.sum(exec, views_, views_.size(), n_);
+    traffic_.union_entries = engine_.apply_sums(exec, out, alpha);
+  }
+
   static const char* kind_name(std::uint64_t kind) {
     switch (kind) {
       case 0: return "part";
@@ -537,10 +359,9 @@ class sparse_sync {
   // Ranks q .. P - 1 first hand their nonzeros to rank r - q and get the result back at the end.
   // Each stage is one alltoallv with a single nonempty part. A bad stage payload is carried
   // forward as a failure, and the verdicts (agree) make all ranks throw.
-  void run_hierarchy(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values,
+  void run_hierarchy(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
                      span<float> out, float alpha) {
-    positions_.assign(indices.begin(), indices.end());
-    values_.assign(values.begin(), values.end());
+    engine::assign(exec, aggregate_, indices, values);
     levels_.clear();
     const std::uint32_t p = static_cast<std::uint32_t>(ranks_);
     std::uint32_t q = 1;
@@ -557,7 +378,7 @@ class sparse_sync {
     for (std::uint32_t bit = 1; bit < q; bit *= 2) {
       const std::int64_t partner = me_ < q ? static_cast<std::int64_t>(me_ ^ bit) : none;
       exchange(comm, exec, stage++, partner, partner, true);
-      if (me_ < q) levels_.push_back(positions_.size());
+      if (me_ < q) levels_.push_back(aggregate_.size());
     }
     // Serve the folded ranks.
     if (extra != 0) {
@@ -567,25 +388,20 @@ class sparse_sync {
     agree(comm);
     union_.assign(1, indices.size());
     union_.insert(union_.end(), levels_.begin(), levels_.end());
-    traffic_.union_entries = positions_.size();
-    for (std::size_t j = 0; j < positions_.size(); ++j) add_scaled(out[positions_[j]], values_[j], alpha);
+    traffic_.union_entries = aggregate_.size();
+    engine_.apply_list(exec, aggregate_, out, alpha);
   }
 
   /// One stage: this rank's aggregate to `to`, and `from`'s into it (merged, or replacing it).
-  void exchange(communicator& comm, host& exec, std::uint32_t stage, std::int64_t to, std::int64_t from, bool merge) {
+  void exchange(communicator& comm, Exec& exec, std::uint32_t stage, std::int64_t to, std::int64_t from, bool merge) {
     std::fill(sizes_.begin(), sizes_.end(), 0);
-    send_.clear();
+    engine::resize(exec, send_, 0);
     if (to >= 0) {
       sizes_[static_cast<std::size_t>(to)] =
-          encode_part(exec, stage, me_, 3, n_, positions_, values_, send_, failure_, failure_rank_);
+          encode(exec, stage, 3, n_, aggregate_, 0, aggregate_.size(), send_, failure_, failure_rank_);
       traffic_.scatter_sent += sizes_[static_cast<std::size_t>(to)];
     }
-    comm.alltoall_sizes(span<const std::uint64_t>(sizes_), span<std::uint64_t>(theirs_));
-    std::uint64_t total = 0;
-    for (std::uint64_t t : theirs_) total += t;
-    recv_.resize(static_cast<std::size_t>(total));
-    comm.alltoallv_bytes(span<const std::byte>(send_), span<const std::uint64_t>(sizes_), span<std::byte>(recv_),
-                         span<const std::uint64_t>(theirs_));
+    exchange_bytes(comm, exec);
     for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {  // only the partner may send
       if (theirs_[r] != 0 && static_cast<std::int64_t>(r) != from) {
         note_failure(wire::fail(wire::format_errc::trailing_bytes, theirs_[r], 0), r, failure_kind::stage_payload);
@@ -596,10 +412,9 @@ class sparse_sync {
     traffic_.scatter_received += theirs_[sender];
     std::uint64_t at = 0;
     for (std::uint32_t r = 0; r < sender; ++r) at += theirs_[r];
-    detail::zen_part_view v;
-    const wire::status s = detail::check_zen_part(reinterpret_cast<const std::uint8_t*>(recv_.data()) + at,
-                                                  theirs_[sender], stage, sender, 3, n_,
-                                                  static_cast<std::uint32_t>(ranks_), v);
+    typename engine::view& v = views_[sender];
+    const wire::status s =
+        engine_.check(exec, recv_, at, theirs_[sender], stage, sender, 3, n_, static_cast<std::uint32_t>(ranks_), v);
     if (!failure_.ok()) return;  // already failed: keep the first failure
     if (!s.ok()) {
       note_failure(s, sender, failure_kind::stage_payload);
@@ -609,74 +424,8 @@ class sparse_sync {
       note_failure(wire::fail(static_cast<wire::format_errc>(v.frame.code)), v.frame.culprit, failure_kind::stage_payload);
       return;
     }
-    merged_positions_.clear();
-    merged_values_.clear();
-    std::size_t j = 0;
-    (void)detail::for_each_position(v, [&](std::uint64_t k, std::uint64_t i) {  // validated already
-      const float x = detail::zen_value(v, k);
-      if (merge) {
-        for (; j < positions_.size() && positions_[j] < i; ++j) {
-          merged_positions_.push_back(positions_[j]);
-          merged_values_.push_back(values_[j]);
-        }
-        if (j < positions_.size() && positions_[j] == i) {
-          merged_positions_.push_back(i);
-          // The lower rank's aggregate first: every rank then adds the same operands in the
-          // same order, NaN payloads included.
-          merged_values_.push_back(me_ < sender ? values_[j] + x : x + values_[j]);
-          ++j;
-          return;
-        }
-      }
-      merged_positions_.push_back(i);
-      merged_values_.push_back(x);
-    });
-    if (merge) {
-      for (; j < positions_.size(); ++j) {
-        merged_positions_.push_back(positions_[j]);
-        merged_values_.push_back(values_[j]);
-      }
-    }
-    positions_.swap(merged_positions_);
-    values_.swap(merged_values_);
+    engine_.merge(exec, aggregate_, v, me_ < sender, merge);
   }
-
-  // The allgather scheme: validate every rank's payload, then sum them in rank order.
-  void apply_whole(communicator& comm, span<float> out, float alpha) {
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(gathered_.data());
-    views_.resize(static_cast<std::size_t>(ranks_));
-    std::uint64_t at = 0;
-    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
-      const wire::status s = detail::check_zen_part(bytes + at, gathered_sizes_[q], static_cast<std::uint32_t>(ranks_), q,
-                                                    2, n_, static_cast<std::uint32_t>(ranks_), views_[q]);
-      at += gathered_sizes_[q];
-      note_failure(s, q, failure_kind::payload);
-    }
-    agree(comm);
-    sum_in_rank_order(n_);
-    for (std::uint64_t i = 0; i < n_; ++i) {
-      if (touched_[i] != 0) {
-        add_scaled(out[i], sums_[i], alpha);
-        ++traffic_.union_entries;
-      }
-    }
-  }
-
-  /// sums_[i] <- the sum from zero, in rank order, of the validated views_' values at i (i below
-  /// `universe`), and touched_[i] <- whether any view has i.
-  void sum_in_rank_order(std::uint64_t universe) {
-    sums_.assign(static_cast<std::size_t>(universe), 0.0f);
-    touched_.assign(static_cast<std::size_t>(universe), 0);
-    for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
-      const detail::zen_part_view& v = views_[r];
-      (void)detail::for_each_position(v, [&](std::uint64_t j, std::uint64_t i) {  // validated already
-        sums_[i] += detail::zen_value(v, j);
-        touched_[i] = 1;
-      });
-    }
-  }
-
-  static void add_scaled(float& y, float v, float alpha) { detail::add_scaled(y, v, alpha); }
 
   [[noreturn]] static void fail(const wire::status& s, const std::string& what) {
     throw format_error(s.code, gradzip::detail::concat(what, ": ", wire::message(s)));
@@ -685,24 +434,21 @@ class sparse_sync {
   std::uint64_t n_;
   int ranks_;
   std::uint32_t me_ = 0;
-  hash::partition partition_;
-  std::vector<std::uint32_t> position_;  // i's position among its part's members
-  std::vector<std::uint64_t> start_;     // part p's members are members_[start_[p] .. start_[p + 1])
-  std::vector<std::uint64_t> members_;
-  std::vector<std::uint64_t> sizes_, theirs_, gathered_sizes_;
-  std::vector<std::vector<std::uint64_t>> part_positions_;
-  std::vector<std::vector<float>> part_values_;
-  std::vector<std::byte> send_, recv_, mine_, gathered_, workspace_;
-  std::vector<float> sums_;
-  std::vector<std::uint8_t> touched_;
-  std::vector<std::uint64_t> reduced_positions_, positions_, merged_positions_, levels_, union_;
-  std::vector<float> reduced_values_, values_, merged_values_;
+  detail::zen_tables tables_;
+  engine engine_;
+  std::vector<std::uint64_t> sizes_, theirs_, gathered_sizes_, first_;
+  typename engine::bytes send_, recv_, mine_, gathered_;
+  typename engine::list split_, reduced_, aggregate_;
+  std::vector<std::uint64_t> levels_, union_;
   wire::status failure_;  // the first message this rank rejected in the step
   std::uint32_t failure_rank_ = 0;
   failure_kind failure_kind_ = failure_kind::part;
   std::vector<std::uint64_t> verdicts_;
-  std::vector<detail::zen_part_view> views_;
+  std::vector<typename engine::view> views_;
   sparse_sync_traffic traffic_;
 };
+
+/// Zen's sparse synchronization on the host executor.
+using sparse_sync = basic_sparse_sync<host>;
 
 }  // namespace gradzip::comm

@@ -36,11 +36,13 @@
 
 namespace gradzip::comm {
 
-class auto_sparse_sync {
+/// On executor Exec (host, or cuda with device indices, values, output and buffers: gradzip.cuh).
+template <class Exec>
+class basic_auto_sparse_sync {
  public:
   /// For gradients of n elements over `ranks` ranks on `link`; `seed` keys Zen's partition;
   /// the first `profile_steps` steps profile (with Balanced Parallelism).
-  auto_sparse_sync(std::uint64_t n, int ranks, link_model link, std::uint64_t seed = 0, int profile_steps = 1)
+  basic_auto_sparse_sync(std::uint64_t n, int ranks, link_model link, std::uint64_t seed = 0, int profile_steps = 1)
       : sync_(n, ranks, seed), link_(link), profile_steps_(profile_steps) {
     GRADZIP_EXPECTS(profile_steps >= 1, "auto_sparse_sync: profile_steps must be >= 1, got ", profile_steps);
     GRADZIP_EXPECTS(link.bytes_per_s > 0 && std::isfinite(link.bytes_per_s) && link.latency_s >= 0 &&
@@ -50,17 +52,17 @@ class auto_sparse_sync {
   }
 
   /// out[i] += alpha * (the sum over ranks of their value at i), as sparse_sync::run. Collective.
-  void run(communicator& comm, host& exec, span<const std::uint64_t> indices, span<const float> values,
+  void run(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
            span<float> out, float alpha = 1.0f) {
     if (!profiled()) {
       sync_.run(comm, exec, indices, values, out, alpha, sparse_scheme::balanced_parallelism);
-      observe(comm, static_cast<double>(indices.size()), static_cast<double>(sync_.last_traffic().union_entries));
+      observe(comm, exec, static_cast<double>(indices.size()), static_cast<double>(sync_.last_traffic().union_entries));
       dense_bytes_ = 0;
       return;
     }
     dense_bytes_ = 0;
     switch (choice_) {
-      case sync_choice::dense_allreduce: return run_dense(comm, indices, values, out, alpha);
+      case sync_choice::dense_allreduce: return run_dense(comm, exec, indices, values, out, alpha);
       case sync_choice::allgather: return sync_.run(comm, exec, indices, values, out, alpha, sparse_scheme::allgather);
       case sync_choice::balanced_parallelism:
         return sync_.run(comm, exec, indices, values, out, alpha, sparse_scheme::balanced_parallelism);
@@ -96,13 +98,13 @@ class auto_sparse_sync {
   const sparse_sync_traffic& last_traffic() const noexcept { return sync_.last_traffic(); }
   /// Bytes of the last step's dense allreduce buffer (4n), or 0 after a sparse step.
   std::uint64_t last_dense_bytes() const noexcept { return dense_bytes_; }
-  const sparse_sync& sync() const noexcept { return sync_; }
+  const basic_sparse_sync<Exec>& sync() const noexcept { return sync_; }
 
  private:
   /// Adds one step to the profile; after the last profiling step, chooses.
-  void observe(communicator& comm, double nnz, double union_entries) {
+  void observe(communicator& comm, Exec& exec, double nnz, double union_entries) {
     double sums[2] = {nnz, union_entries};
-    comm.allreduce_sum(sums, 2, element_type::f64);  // every rank then holds the same numbers
+    sync_.allreduce_host(comm, exec, sums, 2);  // every rank then holds the same numbers
     const double ranks = static_cast<double>(sync_.ranks());
     nnz_sum_ += sums[0] / ranks;
     union_sum_ += sums[1] / ranks;
@@ -115,18 +117,12 @@ class auto_sparse_sync {
     choice_ = costs_.best;
   }
 
-  void run_dense(communicator& comm, span<const std::uint64_t> indices, span<const float> values, span<float> out,
-                 float alpha) {
-    const std::uint64_t n = sync_.size();
-    sync_.check_arguments(comm, indices, values, out, "auto_sparse_sync");
-    dense_.assign(static_cast<std::size_t>(n), 0.0f);
-    for (std::size_t j = 0; j < indices.size(); ++j) dense_[indices[j]] = values[j];
-    comm.allreduce_sum(dense_.data(), dense_.size(), element_type::f32);
-    for (std::size_t i = 0; i < dense_.size(); ++i) detail::add_scaled(out[i], dense_[i], alpha);
-    dense_bytes_ = 4 * n;
+  void run_dense(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
+                 span<float> out, float alpha) {
+    dense_bytes_ = sync_.run_dense(comm, exec, indices, values, out, alpha, "auto_sparse_sync");
   }
 
-  sparse_sync sync_;
+  basic_sparse_sync<Exec> sync_;
   link_model link_;
   int profile_steps_;
   int steps_ = 0;
@@ -134,8 +130,10 @@ class auto_sparse_sync {
   sparsity_profile profile_;
   scheme_costs costs_;
   sync_choice choice_ = sync_choice::balanced_parallelism;
-  std::vector<float> dense_;
   std::uint64_t dense_bytes_ = 0;
 };
+
+/// Zen's profile-then-choose on the host executor.
+using auto_sparse_sync = basic_auto_sparse_sync<host>;
 
 }  // namespace gradzip::comm

@@ -269,5 +269,6 @@ inline void require_aligned(const void* p, const char* what) {
 #include "gradzip/detail/cuda/count_sketch.cuh"
 #include "gradzip/detail/cuda/fetchsgd.cuh"
 #include "gradzip/detail/cuda/partition.cuh"
+#include "gradzip/detail/cuda/sparse_sync.cuh"
 #include "gradzip/detail/cuda/lowrank.cuh"
 #include "gradzip/detail/cuda/compress_async.cuh"

@@ -1,0 +1,610 @@
+// zen_engine<cuda>: comm::sparse_sync's steps on the GPU, with the host engine's bytes and sums
+// (detail/host/sparse_sync.hpp has the same operations over std::vector).
+//
+// - split: each nonzero's part, a stable radix sort by part (equal parts stay in index order),
+//   per-part counts by integer atomics, then a gather of (position in I_p, value) in part order.
+// - encode: the frame by a one-thread kernel (zen_part::write_frame, the host's function), the
+//   positions by index_encoder<cuda> (the host's encodings, byte for byte), the values copied.
+// - check: the frame (header and params) is read to the host and checked there; the positions
+//   are expanded on the device into a u64 array, checked as they go (COO: below |I_p| and
+//   increasing; bitmap: no bit past the end, the count; delta-varint: each chunk's own checks).
+//   When anything fails, the whole payload is read back and the host's check names the failure,
+//   so both executors report the same message.
+// - sum: one kernel per part in rank order, each adding its values into a dense sum over the
+//   universe (positions within a part are distinct, so no two threads meet): the host's order.
+// - compact: a scan of the touched flags, then a scatter of (position, sum).
+// - merge (Hierarchical Centralization): the lower rank's entries are written into a dense sum
+//   over [0, n), then the higher rank's added, then compacted: O(n) per stage, where the host
+//   merges two sorted lists in O(k).
+// Every call that returns a count to the host synchronizes the stream (sizes go into the
+// collectives' size exchanges).
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "gradzip/comm/sparse_sync.hpp"
+
+namespace gradzip::detail {
+
+/// Zen's sparse synchronization: one entry (or bitmap word, delta chunk, universe element) per
+/// thread and grid-stride step.
+using sparse_sync_policy = launch_policy<256, 1, 8>;
+
+namespace zen_device {
+
+using comm::detail::add_scaled;
+
+#define GRADZIP_ZEN_LOOP(j, count)                                                                 \
+  for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < (count); \
+       j += static_cast<std::uint64_t>(gridDim.x) * blockDim.x)
+
+/// The lowest j whose index breaks the caller's promise (increasing, below n).
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void check_indices_kernel(const std::uint64_t* indices, std::uint64_t m, std::uint64_t n, unsigned long long* lowest) {
+  GRADZIP_ZEN_LOOP(j, m) {
+    if (indices[j] >= n || (j > 0 && indices[j] <= indices[j - 1])) atomicMin(lowest, static_cast<unsigned long long>(j));
+  }
+}
+
+/// Each nonzero's part (the sort key) and its place in the input (the sorted value).
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void parts_kernel(const std::uint64_t* indices, std::uint64_t m, std::uint64_t seed, std::uint32_t parts,
+                  std::uint32_t* part, std::uint32_t* place, unsigned long long* counts) {
+  GRADZIP_ZEN_LOOP(j, m) {
+    part[j] = hash::partition::part_of(seed, indices[j], parts);
+    place[j] = static_cast<std::uint32_t>(j);
+    atomicAdd(counts + part[j], 1ull);
+  }
+}
+
+/// Sorted entry s: its position in its part's member space, and its value.
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void gather_split_kernel(const std::uint64_t* indices, const float* values, const std::uint32_t* sorted_place,
+                         std::uint64_t m, const std::uint32_t* member_position, std::uint64_t* positions,
+                         float* out_values) {
+  GRADZIP_ZEN_LOOP(s, m) {
+    const std::uint32_t j = sorted_place[s];
+    positions[s] = member_position[indices[j]];
+    out_values[s] = values[j];
+  }
+}
+
+template <class = void>
+__global__ __launch_bounds__(1)
+void write_frame_kernel(std::uint8_t* out, comm::detail::zen_part z) {
+  z.write_frame(out);  // the host's function: the same bytes
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void coo_positions_kernel(const std::uint8_t* section, int width, std::uint64_t k, std::uint64_t members,
+                          std::uint64_t* positions, unsigned* bad) {
+  GRADZIP_ZEN_LOOP(j, k) {
+    const std::uint64_t i = encode::coo::load(section, width, j);
+    if (i >= members || (j > 0 && i <= encode::coo::load(section, width, j - 1))) atomicOr(bad, 1u);
+    positions[j] = i;
+  }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void bitmap_counts_kernel(const std::uint8_t* section, std::uint64_t members, std::uint64_t words,
+                          std::uint64_t* counts, unsigned* bad) {
+  GRADZIP_ZEN_LOOP(w, words) {
+    std::uint64_t bits = 0;
+    if (!encode::bitmap::count_bits(section, members, w, w + 1, bits).ok()) atomicOr(bad, 1u);
+    counts[w] = bits;
+  }
+}
+
+/// Word w's set bits become entries first[w] ... in order; the last word checks the total.
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void bitmap_positions_kernel(const std::uint8_t* section, std::uint64_t words, const std::uint64_t* counts,
+                             const std::uint64_t* first, std::uint64_t k, std::uint64_t* positions, unsigned* bad) {
+  GRADZIP_ZEN_LOOP(w, words) {
+    if (w + 1 == words && first[w] + counts[w] != k) atomicOr(bad, 1u);
+    encode::bitmap::for_each_index(section, w, w + 1, first[w], [&](std::uint64_t j, std::uint64_t i) {
+      if (j < k) positions[j] = i;
+    });
+  }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void delta_positions_kernel(const std::uint8_t* section, std::uint64_t size, std::uint64_t k, std::uint64_t members,
+                            int width, std::uint64_t chunks, std::uint64_t* positions, unsigned* bad) {
+  GRADZIP_ZEN_LOOP(c, chunks) {
+    const wire::status s = encode::delta_varint::decode_chunk(section, size, k, members, width, c,
+                                                              [&](std::uint64_t j, std::uint64_t i) {
+                                                                if (j < k) positions[j] = i;
+                                                              });
+    if (!s.ok()) atomicOr(bad, 1u);
+  }
+}
+
+/// sums[p] += v, touched[p] = 1 for a validated part's entries (distinct positions).
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void sum_kernel(const std::uint64_t* positions, const float* values, std::uint64_t k, float* sums,
+                std::uint32_t* touched) {
+  GRADZIP_ZEN_LOOP(j, k) {
+    sums[positions[j]] += values[j];
+    touched[positions[j]] = 1;
+  }
+}
+
+/// The merge's operands: the first sets, the second adds where the first was (so a value alone
+/// keeps its bits, -0 included, and a shared one is first + second).
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void merge_kernel(const std::uint64_t* positions, const float* values, std::uint64_t k, bool second, float* sums,
+                  std::uint32_t* touched) {
+  GRADZIP_ZEN_LOOP(j, k) {
+    const std::uint64_t p = positions[j];
+    sums[p] = second && touched[p] != 0 ? sums[p] + values[j] : values[j];
+    touched[p] = 1;
+  }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void compact_kernel(const float* sums, const std::uint32_t* touched, const std::uint32_t* at, std::uint64_t universe,
+                    std::uint64_t* positions, float* values) {
+  GRADZIP_ZEN_LOOP(i, universe) {
+    if (touched[i] != 0) {
+      positions[at[i]] = i;
+      values[at[i]] = sums[i];
+    }
+  }
+}
+
+/// out[i] += alpha sums[i] where touched; counts them.
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void apply_sums_kernel(const float* sums, const std::uint32_t* touched, std::uint64_t n, float* out, float alpha,
+                       unsigned long long* count) {
+  unsigned long long mine = 0;
+  GRADZIP_ZEN_LOOP(i, n) {
+    if (touched[i] != 0) {
+      add_scaled(out[i], sums[i], alpha);
+      ++mine;
+    }
+  }
+  if (mine != 0) atomicAdd(count, mine);
+}
+
+/// out[where(position)] += alpha value; `members` maps a part's positions to indices (null:
+/// positions are indices).
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void apply_entries_kernel(const std::uint64_t* positions, const float* values, std::uint64_t k,
+                          const std::uint64_t* members, float* out, float alpha) {
+  GRADZIP_ZEN_LOOP(j, k) {
+    const std::uint64_t i = members != nullptr ? members[positions[j]] : positions[j];
+    add_scaled(out[i], values[j], alpha);
+  }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void scatter_kernel(const std::uint64_t* indices, const float* values, std::uint64_t m, float* dense) {
+  GRADZIP_ZEN_LOOP(j, m) { dense[indices[j]] = values[j]; }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
+void add_dense_kernel(const float* dense, std::uint64_t n, float* out, float alpha) {
+  GRADZIP_ZEN_LOOP(i, n) { add_scaled(out[i], dense[i], alpha); }
+}
+
+#undef GRADZIP_ZEN_LOOP
+
+/// A device array with a size and a capacity; growing keeps the contents (stream-ordered copy).
+template <class T>
+class growable {
+ public:
+  std::size_t size() const noexcept { return size_; }
+  T* data() const noexcept { return storage_.data(); }
+
+  void resize(cuda& exec, std::size_t size) {
+    if (size > storage_.size()) {
+      device_buffer<T> bigger(std::max(size, storage_.size() + storage_.size() / 2));
+      if (size_ != 0) {
+        GRADZIP_CUDA_TRY(cudaMemcpyAsync(bigger.data(), storage_.data(), size_ * sizeof(T), cudaMemcpyDeviceToDevice,
+                                         exec.stream()));
+        exec.synchronize();  // cudaFree of the old block does not wait for a non-blocking stream
+      }
+      storage_ = std::move(bigger);
+    }
+    size_ = size;
+  }
+
+ private:
+  device_buffer<T> storage_;
+  std::size_t size_ = 0;
+};
+
+template <class T>
+void download(cuda& exec, T* to, const T* from, std::size_t count) {
+  if (count == 0) return;
+  GRADZIP_CUDA_TRY(cudaMemcpyAsync(to, from, count * sizeof(T), cudaMemcpyDeviceToHost, exec.stream()));
+  exec.synchronize();
+}
+
+}  // namespace zen_device
+}  // namespace gradzip::detail
+
+namespace gradzip::comm::detail {
+
+template <>
+struct zen_engine<cuda> {
+  template <class T>
+  using growable = gradzip::detail::zen_device::growable<T>;
+  using policy = gradzip::detail::sparse_sync_policy;
+  using bytes = growable<std::byte>;
+
+  /// Entries in device memory: positions (increasing) and their values.
+  struct list {
+    growable<std::uint64_t> positions;
+    growable<float> values;
+    std::uint64_t size() const noexcept { return positions.size(); }
+    const std::uint64_t* position_data(std::uint64_t at = 0) const { return positions.data() + at; }
+    const float* value_data(std::uint64_t at = 0) const { return values.data() + at; }
+    void resize(cuda& exec, std::uint64_t k) {
+      positions.resize(exec, k);
+      values.resize(exec, k);
+    }
+  };
+
+  /// A validated payload: its frame, its positions expanded, its values in place.
+  struct view {
+    zen_part frame;
+    growable<std::uint64_t> positions;
+    const float* values = nullptr;
+  };
+
+  /// Uploads the member tables (12 bytes per index).
+  explicit zen_engine(const zen_tables& t)
+      : position_(t.position.size()), members_(t.members.size()), seed_(t.partition.seed()),
+        parts_(t.partition.parts()), start_(t.start) {
+    upload(position_.data(), t.position);
+    upload(members_.data(), t.members);
+  }
+
+  static std::byte* data(bytes& b) { return b.data(); }
+  static void resize(cuda& exec, bytes& b, std::uint64_t size) { b.resize(exec, static_cast<std::size_t>(size)); }
+
+  /// Before a collective on device buffers: a communicator with a stream (NCCL) waits for this
+  /// executor's work by an event; one that completes its collectives before returning (a
+  /// CUDA-aware MPI) reads the buffers at once, so the stream is drained first.
+  static void hand_over(cuda& exec, communicator& comm) {
+    void* stream = comm.cuda_stream();
+    if (stream == nullptr) {
+      exec.synchronize();
+    } else if (stream != exec.stream()) {
+      exec.order_before(static_cast<cudaStream_t>(stream));
+    }
+  }
+  /// After it: this executor's later work waits for the communicator's stream.
+  static void take_back(cuda& exec, communicator& comm) {
+    void* stream = comm.cuda_stream();
+    if (stream != nullptr && stream != exec.stream()) exec.order_after(static_cast<cudaStream_t>(stream));
+  }
+
+  static void check_indices(cuda& exec, span<const std::uint64_t> indices, std::uint64_t n, const char* what) {
+    if (indices.empty()) return;
+    auto* lowest = reinterpret_cast<unsigned long long*>(exec.scratch(256));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(lowest, 0xFF, sizeof *lowest, exec.stream()));
+    gradzip::detail::launch_over<policy>(exec, indices.size(), gradzip::detail::zen_device::check_indices_kernel<>,
+                                         indices.data(), static_cast<std::uint64_t>(indices.size()), n, lowest);
+    unsigned long long j = 0;
+    gradzip::detail::zen_device::download(exec, &j, lowest, 1);
+    if (j == ~0ull) return;
+    std::uint64_t index = 0;
+    gradzip::detail::zen_device::download(exec, &index, indices.data() + j, 1);
+    GRADZIP_EXPECTS(false, what, ": index ", j, " (", index, ") is not increasing and below n = ", n);
+  }
+
+  static void assign(cuda& exec, list& to, span<const std::uint64_t> indices, span<const float> values) {
+    to.resize(exec, indices.size());
+    copy(exec, to.positions.data(), indices.data(), indices.size());
+    copy(exec, to.values.data(), values.data(), values.size());
+  }
+
+  /// Step 1: the entries by part, each part's as positions in I_p (increasing), at
+  /// to[first[p] .. first[p + 1]).
+  void split(cuda& exec, const zen_tables&, span<const std::uint64_t> indices, span<const float> values, list& to,
+             std::vector<std::uint64_t>& first) {
+    using namespace gradzip::detail;
+    const std::uint64_t m = indices.size();
+    GRADZIP_EXPECTS(m < (std::uint64_t{1} << 32), "sparse_sync (cuda): at most 2^32 - 1 nonzeros, got ", m);
+    std::size_t sort_bytes = 0;
+    GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const std::uint32_t*>(nullptr),
+                                                     static_cast<std::uint32_t*>(nullptr),
+                                                     static_cast<const std::uint32_t*>(nullptr),
+                                                     static_cast<std::uint32_t*>(nullptr), m, 0, radix_bits(parts_),
+                                                     exec.stream()));
+    // Scratch: part, place, sorted part, sorted place (m words each), counts, CUB's.
+    const std::size_t words = scratch_aligned(m * 4), at_counts = 4 * words,
+                      at_temp = at_counts + scratch_aligned(parts_ * 8);
+    std::byte* scratch = exec.scratch(at_temp + scratch_aligned(sort_bytes));
+    auto* part = reinterpret_cast<std::uint32_t*>(scratch);
+    auto* place = reinterpret_cast<std::uint32_t*>(scratch + words);
+    auto* sorted_part = reinterpret_cast<std::uint32_t*>(scratch + 2 * words);
+    auto* sorted_place = reinterpret_cast<std::uint32_t*>(scratch + 3 * words);
+    auto* counts = reinterpret_cast<unsigned long long*>(scratch + at_counts);
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(counts, 0, parts_ * 8, exec.stream()));
+    to.resize(exec, m);
+    if (m != 0) {
+      launch_over<policy>(exec, m, zen_device::parts_kernel<>, indices.data(), m, seed_, parts_, part, place, counts);
+      GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, place,
+                                                       sorted_place, m, 0, radix_bits(parts_), exec.stream()));
+      launch_over<policy>(exec, m, zen_device::gather_split_kernel<>, indices.data(), values.data(), sorted_place, m,
+                          position_.data(), to.positions.data(), to.values.data());
+    }
+    first.assign(parts_ + 1, 0);
+    zen_device::download(exec, first.data() + 1, reinterpret_cast<const std::uint64_t*>(counts), parts_);
+    for (std::uint32_t p = 0; p < parts_; ++p) first[p + 1] += first[p];
+  }
+
+  /// Appends the payload of frame z (all but its encoding and index bytes, which this fills)
+  /// with z.k entries at positions/values (device memory) to `to`; returns its size.
+  std::uint64_t encode(cuda& exec, zen_part z, const std::uint64_t* positions, const float* values, bytes& to) {
+    using encoder = gradzip::detail::index_encoder<cuda>;
+    workspace_.resize(exec, encoder::workspace_bytes(exec, z.k));
+    z.index_bytes = encoder::plan<encode::automatic>(exec, positions, z.k, z.members, workspace_.data(), z.encoding);
+    const wire::payload_layout l = z.layout();
+    const std::size_t at = to.size();
+    to.resize(exec, at + static_cast<std::size_t>(l.total_bytes()));
+    auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
+    gradzip::detail::launch(gradzip::detail::zen_device::write_frame_kernel<>, 1, 1, 0, exec.stream(), base, z);
+    encoder::encode(exec, z.encoding, positions, z.k, z.members, workspace_.data(), base + l.at(1).offset);
+    copy(exec, reinterpret_cast<float*>(base + l.at(2).offset), values, z.k);
+    return l.total_bytes();
+  }
+
+  /// Checks the payload at b[at, at + size): the frame on the host, the positions here (into
+  /// v.positions). A failure is the host check's, of the whole payload read back.
+  wire::status check(cuda& exec, bytes& b, std::uint64_t at, std::uint64_t size, std::uint32_t part,
+                     std::uint32_t sender, std::uint8_t phase, std::uint64_t members, std::uint32_t ranks, view& v) {
+    using namespace gradzip::detail;
+    const auto* payload = reinterpret_cast<const std::uint8_t*>(b.data()) + at;
+    auto host_verdict = [&] {
+      whole_.resize(static_cast<std::size_t>(size));
+      zen_device::download(exec, whole_.data(), payload, whole_.size());
+      zen_part_view hv;
+      const wire::status s = check_zen_part(whole_.data(), size, part, sender, phase, members, ranks, hv);
+      // A payload after a bad one in the same buffer may start unaligned: its values cannot be
+      // read in place, and the earlier failure is the one reported.
+      return s.ok() ? wire::fail(wire::format_errc::section_misaligned, at, 0) : s;
+    };
+    if (reinterpret_cast<std::uintptr_t>(payload) % wire::alignment != 0) return host_verdict();
+    prefix_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size, prefix_bytes)));
+    zen_device::download(exec, prefix_.data(), payload, prefix_.size());
+    zen_part_view hv;
+    if (!check_zen_frame(prefix_.data(), size, prefix_.size(), part, sender, phase, members, ranks, hv).ok()) {
+      return host_verdict();
+    }
+    v.frame = hv.frame;
+    v.values = reinterpret_cast<const float*>(payload + (hv.value_bytes - prefix_.data()));
+    if (!expand(exec, payload + (hv.indices - prefix_.data()), v)) return host_verdict();
+    return {};
+  }
+
+  /// sums[i] <- the sum from zero, in view order, of views[0 .. count)'s values at i (i below
+  /// `universe`), and touched[i] <- whether any of them has i. The views are validated.
+  void sum(cuda& exec, const std::vector<view>& views, std::size_t count, std::uint64_t universe) {
+    clear_sums(exec, universe);
+    for (std::size_t r = 0; r < count; ++r) {
+      const view& v = views[r];
+      if (v.frame.k == 0) continue;
+      gradzip::detail::launch_over<policy>(exec, v.frame.k, gradzip::detail::zen_device::sum_kernel<>,
+                                           v.positions.data(), v.values, v.frame.k, sums_.data(), touched_.data());
+    }
+  }
+
+  /// `to` <- the touched positions below `universe` and their sums.
+  void compact(cuda& exec, std::uint64_t universe, list& to) {
+    using namespace gradzip::detail;
+    if (universe == 0) {
+      to.resize(exec, 0);
+      return;
+    }
+    // The touched flags and their offsets are 32-bit: on this executor a universe (n for the
+    // allgather and the hierarchy, |I_p| for Balanced Parallelism) stays below 2^32.
+    GRADZIP_EXPECTS(universe < (std::uint64_t{1} << 32), "sparse_sync (cuda): a universe of ", universe,
+                    " indices; this executor sums over fewer than 2^32");
+    std::size_t scan_bytes = 0;
+    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<const std::uint32_t*>(nullptr),
+                                                   static_cast<std::uint32_t*>(nullptr), universe, exec.stream()));
+    at_.resize(exec, universe);
+    std::byte* temp = exec.scratch(scan_bytes);
+    GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, touched_.data(), at_.data(), universe,
+                                                   exec.stream()));
+    std::uint32_t last_at = 0, last_touched = 0;
+    zen_device::download(exec, &last_at, at_.data() + universe - 1, 1);
+    zen_device::download(exec, &last_touched, touched_.data() + universe - 1, 1);
+    to.resize(exec, static_cast<std::uint64_t>(last_at) + last_touched);
+    launch_over<policy>(exec, universe, zen_device::compact_kernel<>, sums_.data(), touched_.data(), at_.data(),
+                        universe, to.positions.data(), to.values.data());
+  }
+
+  /// out[i] += alpha sums[i] where touched; returns how many.
+  std::uint64_t apply_sums(cuda& exec, span<float> out, float alpha) {
+    auto* count = reinterpret_cast<unsigned long long*>(exec.scratch(256));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(count, 0, sizeof *count, exec.stream()));
+    if (!out.empty()) {
+      gradzip::detail::launch_over<policy>(exec, out.size(), gradzip::detail::zen_device::apply_sums_kernel<>,
+                                           sums_.data(), touched_.data(), static_cast<std::uint64_t>(out.size()),
+                                           out.data(), alpha, count);
+    }
+    unsigned long long touched = 0;
+    gradzip::detail::zen_device::download(exec, &touched, count, 1);
+    return touched;
+  }
+
+  /// out[member] += alpha value for every entry of reduced part q (validated), positions in I_q.
+  void apply_part(cuda& exec, const zen_tables&, std::uint32_t q, const view& v, span<float> out, float alpha) {
+    if (v.frame.k == 0) return;
+    gradzip::detail::launch_over<policy>(exec, v.frame.k, gradzip::detail::zen_device::apply_entries_kernel<>,
+                                         v.positions.data(), v.values, v.frame.k,
+                                         static_cast<const std::uint64_t*>(members_.data() + start_[q]), out.data(),
+                                         alpha);
+  }
+
+  static void apply_list(cuda& exec, const list& l, span<float> out, float alpha) {
+    if (l.size() == 0) return;
+    gradzip::detail::launch_over<policy>(exec, l.size(), gradzip::detail::zen_device::apply_entries_kernel<>,
+                                         l.position_data(), l.value_data(), l.size(),
+                                         static_cast<const std::uint64_t*>(nullptr), out.data(), alpha);
+  }
+
+  /// mine <- the union of mine and v's entries (merge), or v's entries alone; where both have a
+  /// position, the lower rank's value is the first operand (mine's when `mine_first`).
+  void merge(cuda& exec, list& mine, const view& v, bool mine_first, bool merge) {
+    using namespace gradzip::detail;
+    const std::uint64_t k = v.frame.k;
+    if (!merge) {
+      mine.resize(exec, k);
+      copy(exec, mine.positions.data(), v.positions.data(), k);
+      copy(exec, mine.values.data(), v.values, k);
+      return;
+    }
+    const std::uint64_t n = members_.size();
+    clear_sums(exec, n);
+    auto put = [&](const std::uint64_t* positions, const float* values, std::uint64_t count, bool second) {
+      if (count != 0) {
+        launch_over<policy>(exec, count, zen_device::merge_kernel<>, positions, values, count, second, sums_.data(),
+                            touched_.data());
+      }
+    };
+    if (mine_first) {
+      put(mine.position_data(), mine.value_data(), mine.size(), false);
+      put(v.positions.data(), v.values, k, true);
+    } else {
+      put(v.positions.data(), v.values, k, false);
+      put(mine.position_data(), mine.value_data(), mine.size(), true);
+    }
+    compact(exec, n, mine);
+  }
+
+  /// The dense baseline's buffer: n zeros, then values[j] at indices[j].
+  float* densify(cuda& exec, span<const std::uint64_t> indices, span<const float> values, std::uint64_t n) {
+    clear_sums(exec, n);
+    if (!indices.empty()) {
+      gradzip::detail::launch_over<policy>(exec, indices.size(), gradzip::detail::zen_device::scatter_kernel<>,
+                                           indices.data(), values.data(), static_cast<std::uint64_t>(indices.size()),
+                                           sums_.data());
+    }
+    return sums_.data();
+  }
+
+  /// out[i] += alpha buffer[i], every i.
+  void add_dense(cuda& exec, span<float> out, float alpha) {
+    if (out.empty()) return;
+    gradzip::detail::launch_over<policy>(exec, out.size(), gradzip::detail::zen_device::add_dense_kernel<>,
+                                         static_cast<const float*>(sums_.data()),
+                                         static_cast<std::uint64_t>(out.size()), out.data(), alpha);
+  }
+
+  /// Host values through a communicator whose collectives take device memory (it has a
+  /// stream): staged through a device buffer.
+  void allreduce_host(communicator& comm, cuda& exec, double* values, std::size_t count) {
+    void* stream = comm.cuda_stream();
+    if (stream == nullptr) {
+      comm.allreduce_sum(values, count, element_type::f64);
+      return;
+    }
+    staged_.resize(exec, count);
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(staged_.data(), values, count * sizeof(double), cudaMemcpyHostToDevice,
+                                     static_cast<cudaStream_t>(stream)));
+    comm.allreduce_sum(staged_.data(), count, element_type::f64);
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(values, staged_.data(), count * sizeof(double), cudaMemcpyDeviceToHost,
+                                     static_cast<cudaStream_t>(stream)));
+    GRADZIP_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+
+ private:
+  /// Bytes of a payload read to check its frame: the largest header and the params fit.
+  static constexpr std::uint64_t prefix_bytes = 1024;
+
+  template <class T>
+  static void upload(T* to, const std::vector<T>& from) {
+    if (!from.empty()) GRADZIP_CUDA_TRY(cudaMemcpy(to, from.data(), from.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+
+  template <class T>
+  static void copy(cuda& exec, T* to, const T* from, std::uint64_t count) {
+    if (count != 0) {
+      GRADZIP_CUDA_TRY(cudaMemcpyAsync(to, from, count * sizeof(T), cudaMemcpyDeviceToDevice, exec.stream()));
+    }
+  }
+
+  void clear_sums(cuda& exec, std::uint64_t universe) {
+    sums_.resize(exec, universe);
+    touched_.resize(exec, universe);
+    if (universe == 0) return;
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(sums_.data(), 0, universe * sizeof(float), exec.stream()));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(touched_.data(), 0, universe * sizeof(std::uint32_t), exec.stream()));
+  }
+
+  /// v.positions <- the frame's positions, checked as they are read; false on a failure.
+  bool expand(cuda& exec, const std::uint8_t* indices, view& v) {
+    using namespace gradzip::detail;
+    const zen_part& z = v.frame;
+    v.positions.resize(exec, z.k);
+    const std::uint64_t words = z.encoding == encode::bitmap::id ? encode::bitmap::words(z.members) : 0;
+    std::size_t scan_bytes = words != 0 ? exclusive_sum_bytes(exec, words) : 0;
+    std::byte* scratch = exec.scratch(256 + scan_bytes);  // the flag, then CUB's storage
+    auto* bad = reinterpret_cast<unsigned*>(scratch);
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof *bad, exec.stream()));
+    if (z.encoding == encode::coo::id) {
+      if (z.k != 0) {
+        launch_over<policy>(exec, z.k, zen_device::coo_positions_kernel<>, indices, encode::coo::index_width(z.members),
+                            z.k, z.members, v.positions.data(), bad);
+      }
+    } else if (z.encoding == encode::bitmap::id) {
+      if (words == 0) return z.k == 0;
+      counts_.resize(exec, 2 * words);
+      std::uint64_t* counts = counts_.data();
+      std::uint64_t* first = counts + words;
+      launch_over<policy>(exec, words, zen_device::bitmap_counts_kernel<>, indices, z.members, words, counts, bad);
+      GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(scratch + 256, scan_bytes, counts, first, words, exec.stream()));
+      launch_over<policy>(exec, words, zen_device::bitmap_positions_kernel<>, indices, words, counts, first, z.k,
+                          v.positions.data(), bad);
+    } else {
+      const std::uint64_t chunks = encode::delta_varint::chunks(z.k);
+      if (chunks != 0) {
+        launch_over<policy>(exec, chunks, zen_device::delta_positions_kernel<>, indices, z.index_bytes, z.k, z.members,
+                            encode::delta_varint::gap_width(z.members), chunks, v.positions.data(), bad);
+      }
+    }
+    unsigned flags = 0;
+    zen_device::download(exec, &flags, bad, 1);
+    return flags == 0;
+  }
+
+  gradzip::detail::device_buffer<std::uint32_t> position_;
+  gradzip::detail::device_buffer<std::uint64_t> members_;
+  std::uint64_t seed_;
+  std::uint32_t parts_;
+  std::vector<std::uint64_t> start_;
+  growable<std::byte> workspace_;
+  growable<float> sums_;
+  growable<std::uint32_t> touched_;
+  growable<std::uint32_t> at_;
+  growable<double> staged_;
+  growable<std::uint64_t> counts_;
+  std::vector<std::uint8_t> prefix_, whole_;
+};
+
+}  // namespace gradzip::comm::detail

@@ -1546,8 +1546,9 @@ class staging_communicator final : public gz::comm::communicator {
   int size() const override { return inner_.size(); }
   void* cuda_stream() const noexcept override { return stream_; }
   void allreduce_sum(void* data, std::size_t count, gz::element_type type) override {
-    REQUIRE((type == gz::element_type::f32 || type == gz::element_type::f64));
-    const std::size_t bytes = count * (type == gz::element_type::f32 ? 4 : 8);
+    REQUIRE(type != gz::element_type::f16);
+    const std::size_t bytes =
+        count * (type == gz::element_type::f32 ? 4 : type == gz::element_type::f64 ? 8 : 2);
     std::vector<std::byte> h = fetch(gz::span<const std::byte>(static_cast<const std::byte*>(data), bytes));
     inner_.allreduce_sum(h.data(), count, type);
     deliver(h, gz::span<std::byte>(static_cast<std::byte*>(data), bytes));
@@ -1799,4 +1800,79 @@ TEST_CASE("cuda auto_sparse_sync profiles and chooses as the host does, dense al
   }
   CHECK(std::count(chosen.begin(), chosen.end(), gz::comm::sync_choice::dense_allreduce) >= 1);
   CHECK(std::count(chosen.begin(), chosen.end(), gz::comm::sync_choice::dense_allreduce) < 3);
+}
+
+TEST_CASE("cuda planned_allreducer runs a plan with a sparse_sync group to the host's bits", "[gpu]") {
+  REQUIRE_GPU();
+  using gz::schedule::route;
+  using topk_t = gz::codec<gz::sparsify::topk, gz::quantize::none, gz::encode::automatic>;
+  using bf16_t = gz::codec<gz::sparsify::none, gz::quantize::cast_bf16, gz::encode::none>;
+  const topk_t top1{gz::sparsify::topk::ratio(0.01)};
+  gz::schedule::cost_model model;
+  for (const char* name : {"fp32", "topk1", "bf16"}) {
+    gz::schedule::codec_cost c;
+    c.name = name;
+    model.codecs.push_back(c);
+  }
+  const int ranks = 3;
+  const std::vector<std::size_t> sizes = {1000, 7, 20000, 513, 9000};
+  const gz::schedule::plan p{{0, 2, 4}, {{2, route::allreduce}, {1, route::sparse_sync}, {0, route::allreduce}}};
+  const gz::fusion::layout l(sizes, p.group_starts);
+  struct result {
+    std::vector<std::vector<float>> grads;
+    std::vector<std::vector<std::byte>> received;
+  };
+  std::vector<result> host_side(ranks), device_side(ranks);
+  for (const bool device : {false, true}) {
+    auto& results = device ? device_side : host_side;
+    const auto errors = gradzip_test::on_ranks(ranks, -1, [&](int r, gz::comm::communicator& inner) {
+      rank_stream network;
+      staging_communicator c(inner, device ? network.stream : nullptr);
+      result& mine = results[static_cast<std::size_t>(r)];
+      for (int step = 0; step < 2; ++step) {
+        mine.grads.push_back(gradzip_tools::synthetic_gradient<float>(l.total(), 40 + 10 * step + r));
+      }
+      auto run = [&](auto& exec, auto& planned, auto& grad_view, int step) {
+        planned.run(c, exec, grad_view, {static_cast<std::uint64_t>(step), 0});
+      };
+      if (device) {
+        using entry = gz::comm::plan_codec<float, gz::cuda>;
+        gz::cuda dev;
+        gz::comm::planned_allreducer<float, gz::cuda> planned(
+            dev, sizes, p, model,
+            {entry::uncompressed("fp32"), entry::sparse("topk1", top1, gz::comm::feedback_mode::error_feedback, 5),
+             entry::of("bf16", bf16_t{})},
+            ranks);
+        for (int step = 0; step < 2; ++step) {
+          device_vector<float> g(mine.grads[step]);
+          auto view = g.view();
+          run(dev, planned, view, step);
+          dev.synchronize();
+          mine.grads[step] = g.download();
+        }
+      } else {
+        using entry = gz::comm::plan_codec<float, gz::host>;
+        gz::host exec(1);
+        gz::comm::planned_allreducer<float, gz::host> planned(
+            exec, sizes, p, model,
+            {entry::uncompressed("fp32"), entry::sparse("topk1", top1, gz::comm::feedback_mode::error_feedback, 5),
+             entry::of("bf16", bf16_t{})},
+            ranks);
+        for (int step = 0; step < 2; ++step) {
+          auto view = gz::span<float>(mine.grads[step]);
+          run(exec, planned, view, step);
+        }
+      }
+      mine.received = c.log;
+    });
+    for (const auto& e : errors) REQUIRE(e.empty());
+  }
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    CHECK(device_side[r].received == host_side[r].received);
+    for (int step = 0; step < 2; ++step) {
+      CHECK(std::memcmp(device_side[r].grads[step].data(), host_side[r].grads[step].data(),
+                        l.total() * sizeof(float)) == 0);
+    }
+  }
 }

@@ -13,9 +13,9 @@
  *   for the group must be that one.
  * - `plan_codec<T, Exec>::uncompressed(name)`: the gradient as it is, summed by allreduce (the
  *   cost model's `identity` codec, "fp32").
- * - `plan_codec<float, host>::sparse(name, codec, feedback, seed)`: a sparsifying codec whose
- *   selected entries are summed by Zen's sparse synchronization (`comm::sparse_sync`), the
- *   plan's `sparse_sync` route. Host executor, float gradients.
+ * - `plan_codec<float, Exec>::sparse(name, codec, feedback, seed)`: a sparsifying codec whose
+ *   selected entries are summed by Zen's sparse synchronization (`comm::basic_sparse_sync`),
+ *   the plan's `sparse_sync` route. Float gradients, either executor.
  *
  * Every group runs on the executor given to `run`: a plan that offloads a group to the host
  * (`executor_kind::host`) is refused, as is a route the named codec does not take, a codec
@@ -84,19 +84,18 @@ struct plan_codec {
     return of(std::move(name), codec<sparsify::none, quantize::none, encode::none>{});
   }
 
-  /// A sparsifying `codec` whose selection is summed by `comm::sparse_sync` (Zen's Balanced
-  /// Parallelism), `seed` keying its partition. Each step: compress (with error feedback when
-  /// `mode` says so), decode the payload, and send the nonzero entries it holds (a selected
-  /// zero adds nothing). The entry lists grow to the largest selection, then stay.
+  /// A sparsifying `codec` whose selection is summed by `comm::basic_sparse_sync` (Zen's
+  /// Balanced Parallelism), `seed` keying its partition. Each step: compress (with error
+  /// feedback when `mode` says so), decode the payload, and send the nonzero entries it holds
+  /// (a selected zero adds nothing). The entry lists grow to the largest selection, then stay.
   template <class Codec>
   static plan_codec sparse(std::string name, Codec codec, feedback_mode mode = feedback_mode::none,
                            std::uint64_t seed = 0) {
-    static_assert(std::is_same_v<T, float> && std::is_same_v<Exec, host>,
-                  "plan_codec::sparse: comm::sparse_sync sums float gradients on the host executor");
+    static_assert(std::is_same_v<T, float>, "plan_codec::sparse: comm::sparse_sync sums float gradients");
     static_assert(Codec::has_indices, "plan_codec::sparse: the codec must select explicit indices (top-k, threshold)");
     GRADZIP_EXPECTS(mode != feedback_mode::ef21, "plan_codec::sparse: EF21 is not supported on the sparse_sync route");
-    return {std::move(name), schedule::route::sparse_sync, [codec, mode, seed](host& exec, std::size_t n, int ranks) {
-              return std::unique_ptr<group_sync<float, host>>(new by_sparse_sync<Codec>(exec, codec, n, ranks, mode, seed));
+    return {std::move(name), schedule::route::sparse_sync, [codec, mode, seed](Exec& exec, std::size_t n, int ranks) {
+              return std::unique_ptr<group_sync<float, Exec>>(new by_sparse_sync<Codec>(exec, codec, n, ranks, mode, seed));
             }};
   }
 
@@ -112,30 +111,27 @@ struct plan_codec {
   };
 
   template <class Codec>
-  struct by_sparse_sync final : group_sync<float, host> {
+  struct by_sparse_sync final : group_sync<float, Exec> {
+    using ops = gradzip::detail::executor_ops<Exec>;
     Codec codec;
-    std::unique_ptr<feedback::error_feedback<Codec, float, host>> ef;  // null: no error feedback
-    sparse_sync zen;
-    std::vector<std::byte> payload;
-    std::vector<float> decoded, values;
-    std::vector<std::uint64_t> indices;
-    by_sparse_sync(host& exec, Codec c, std::size_t n, int ranks, feedback_mode mode, std::uint64_t seed)
-        : codec(c), zen(n, ranks, seed), payload(c.template max_compressed_bytes<float>(n)), decoded(n) {
-      if (mode == feedback_mode::error_feedback) ef = std::make_unique<feedback::error_feedback<Codec, float, host>>(exec, c, n);
+    std::unique_ptr<feedback::error_feedback<Codec, float, Exec>> ef;  // null: no error feedback
+    basic_sparse_sync<Exec> zen;
+    typename ops::template buffer<std::byte> payload;
+    typename ops::template buffer<float> decoded;
+    by_sparse_sync(Exec& exec, Codec c, std::size_t n, int ranks, feedback_mode mode, std::uint64_t seed)
+        : codec(c), zen(n, ranks, seed),
+          payload(ops::template allocate_zeroed<std::byte>(exec, c.template max_compressed_bytes<float>(n))),
+          decoded(ops::template allocate_zeroed<float>(exec, n)) {
+      if (mode == feedback_mode::error_feedback) ef = std::make_unique<feedback::error_feedback<Codec, float, Exec>>(exec, c, n);
       exec.reserve(c.template workspace_bytes<float>(exec, n));
     }
-    void run(communicator& comm, host& exec, span<float> grad, quantize::compress_context ctx) override {
-      const span<std::byte> out(payload.data(), payload.size());
+    void run(communicator& comm, Exec& exec, span<float> grad, quantize::compress_context ctx) override {
+      const span<std::byte> out = ops::view(payload);
       const std::size_t bytes = ef ? ef->compress(exec, span<const float>(grad), out, ctx)
                                    : codec.compress(exec, span<const float>(grad), out, ctx);
-      codec.decompress(exec, span<const std::byte>(payload.data(), bytes), span<float>(decoded));
-      nonzeros(span<const float>(decoded), indices, values);
-      // The sum goes to scratch first: a bad part from a peer (format_error) leaves grad as it
-      // was, as the allreducer's routes do.
-      std::fill(decoded.begin(), decoded.end(), 0.0f);
-      zen.run(comm, exec, span<const std::uint64_t>(indices), span<const float>(values), span<float>(decoded),
-              1.0f / static_cast<float>(comm.size()));
-      std::copy(decoded.begin(), decoded.end(), grad.begin());
+      codec.decompress(exec, span<const std::byte>(out.data(), bytes), ops::view(decoded));
+      // The selection's nonzeros go; the sum replaces grad only once every part was valid.
+      zen.sum_nonzeros(comm, exec, ops::view(decoded), grad, 1.0f / static_cast<float>(comm.size()));
     }
     std::size_t sent_bytes() const override { return static_cast<std::size_t>(zen.last_traffic().sent()); }
   };

@@ -60,18 +60,7 @@ struct sparse_sync_traffic {
   std::uint64_t received() const { return scatter_received + gather_received; }
 };
 
-/// sparse_sync's input from a dense vector: indices <- the positions of its nonzero elements,
-/// increasing, and values <- those elements (both cleared first; their capacity is kept).
-inline void nonzeros(span<const float> dense, std::vector<std::uint64_t>& indices, std::vector<float>& values) {
-  indices.clear();
-  values.clear();
-  for (std::size_t i = 0; i < dense.size(); ++i) {
-    if (dense[i] != 0.0f) {
-      indices.push_back(i);
-      values.push_back(dense[i]);
-    }
-  }
-}
+// comm::nonzeros (sparse_sync's input from a dense vector) is in detail/host/sparse_sync.hpp.
 
 /// How sparse_sync moves the nonzeros.
 enum class sparse_scheme {
@@ -164,6 +153,22 @@ class basic_sparse_sync {
     reduce(exec);
     gather(comm, exec);
     apply(comm, exec, out, alpha);
+  }
+
+  /// As run, for this rank's gradient given densely: its nonzero entries (NaN included, zeros
+  /// of either sign not) are what it sends. `dense` (n elements) is then scratch, its contents
+  /// lost; `out` (n elements, not overlapping it) <- alpha * the sum over ranks, replaced, and
+  /// unchanged when a bad message throws. Zen's route for a sparsifier's decoded selection
+  /// (planned_allreducer's sparse_sync route).
+  void sum_nonzeros(communicator& comm, Exec& exec, span<float> dense, span<float> out, float alpha = 1.0f,
+                    sparse_scheme scheme = sparse_scheme::balanced_parallelism) {
+    GRADZIP_EXPECTS(dense.size() == n_ && out.size() == n_, "sparse_sync::sum_nonzeros: dense has ", dense.size(),
+                    " elements and out ", out.size(), ", expected ", n_);
+    engine_.nonzeros(exec, span<const float>(dense.data(), dense.size()), input_);
+    engine::zero(exec, dense);
+    run(comm, exec, span<const std::uint64_t>(input_.position_data(), input_.size()),
+        span<const float>(input_.value_data(), input_.size()), dense, alpha, scheme);
+    engine::copy(exec, span<const float>(dense.data(), dense.size()), out);
   }
 
   /// The dense baseline through the same arguments: the nonzeros scattered into an n-element
@@ -438,7 +443,7 @@ class basic_sparse_sync {
   engine engine_;
   std::vector<std::uint64_t> sizes_, theirs_, gathered_sizes_, first_;
   typename engine::bytes send_, recv_, mine_, gathered_;
-  typename engine::list split_, reduced_, aggregate_;
+  typename engine::list split_, reduced_, aggregate_, input_;
   std::vector<std::uint64_t> levels_, union_;
   wire::status failure_;  // the first message this rank rejected in the step
   std::uint32_t failure_rank_ = 0;

@@ -196,6 +196,12 @@ void apply_entries_kernel(const std::uint64_t* positions, const float* values, s
 
 template <class = void>
 __global__ __launch_bounds__(sparse_sync_policy::threads)
+void nonzero_flags_kernel(const float* dense, std::uint64_t n, std::uint32_t* flags) {
+  GRADZIP_ZEN_LOOP(i, n) { flags[i] = dense[i] != 0.0f ? 1u : 0u; }
+}
+
+template <class = void>
+__global__ __launch_bounds__(sparse_sync_policy::threads)
 void scatter_kernel(const std::uint64_t* indices, const float* values, std::uint64_t m, float* dense) {
   GRADZIP_ZEN_LOOP(j, m) { dense[indices[j]] = values[j]; }
 }
@@ -413,7 +419,10 @@ struct zen_engine<cuda> {
   }
 
   /// `to` <- the touched positions below `universe` and their sums.
-  void compact(cuda& exec, std::uint64_t universe, list& to) {
+  void compact(cuda& exec, std::uint64_t universe, list& to) { compact_from(exec, sums_.data(), universe, to); }
+
+  /// `to` <- the touched positions below `universe` and source's elements there.
+  void compact_from(cuda& exec, const float* source, std::uint64_t universe, list& to) {
     using namespace gradzip::detail;
     if (universe == 0) {
       to.resize(exec, 0);
@@ -434,8 +443,8 @@ struct zen_engine<cuda> {
     zen_device::download(exec, &last_at, at_.data() + universe - 1, 1);
     zen_device::download(exec, &last_touched, touched_.data() + universe - 1, 1);
     to.resize(exec, static_cast<std::uint64_t>(last_at) + last_touched);
-    launch_over<policy>(exec, universe, zen_device::compact_kernel<>, sums_.data(), touched_.data(), at_.data(),
-                        universe, to.positions.data(), to.values.data());
+    launch_over<policy>(exec, universe, zen_device::compact_kernel<>, source, touched_.data(), at_.data(), universe,
+                        to.positions.data(), to.values.data());
   }
 
   /// out[i] += alpha sums[i] where touched; returns how many.
@@ -496,6 +505,20 @@ struct zen_engine<cuda> {
     }
     compact(exec, n, mine);
   }
+
+  /// `to` <- the positions of dense's nonzero elements, increasing, and the elements.
+  void nonzeros(cuda& exec, span<const float> dense, list& to) {
+    touched_.resize(exec, dense.size());
+    if (!dense.empty()) {
+      gradzip::detail::launch_over<policy>(exec, dense.size(), gradzip::detail::zen_device::nonzero_flags_kernel<>,
+                                           dense.data(), static_cast<std::uint64_t>(dense.size()), touched_.data());
+    }
+    compact_from(exec, dense.data(), dense.size(), to);
+  }
+  static void zero(cuda& exec, span<float> y) {
+    if (!y.empty()) GRADZIP_CUDA_TRY(cudaMemsetAsync(y.data(), 0, y.size() * sizeof(float), exec.stream()));
+  }
+  static void copy(cuda& exec, span<const float> from, span<float> to) { copy(exec, to.data(), from.data(), from.size()); }
 
   /// The dense baseline's buffer: n zeros, then values[j] at indices[j].
   float* densify(cuda& exec, span<const std::uint64_t> indices, span<const float> values, std::uint64_t n) {

@@ -14,7 +14,22 @@
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/encode.hpp"
 
-namespace gradzip::comm::detail {
+namespace gradzip::comm {
+
+/// sparse_sync's input from a dense vector: indices <- the positions of its nonzero elements,
+/// increasing, and values <- those elements (both cleared first; their capacity is kept).
+inline void nonzeros(span<const float> dense, std::vector<std::uint64_t>& indices, std::vector<float>& values) {
+  indices.clear();
+  values.clear();
+  for (std::size_t i = 0; i < dense.size(); ++i) {
+    if (dense[i] != 0.0f) {
+      indices.push_back(i);
+      values.push_back(dense[i]);
+    }
+  }
+}
+
+namespace detail {
 
 template <class Exec>
 struct zen_engine;
@@ -183,6 +198,11 @@ struct zen_engine<host> {
     std::swap(mine, merged_);
   }
 
+  /// `to` <- the positions of dense's nonzero elements, increasing, and the elements.
+  static void nonzeros(host&, span<const float> dense, list& to) { comm::nonzeros(dense, to.positions, to.values); }
+  static void zero(host&, span<float> y) { std::fill(y.begin(), y.end(), 0.0f); }
+  static void copy(host&, span<const float> from, span<float> to) { std::copy(from.begin(), from.end(), to.begin()); }
+
   /// The dense baseline's buffer: n zeros, then values[j] at indices[j].
   float* densify(host&, span<const std::uint64_t> indices, span<const float> values, std::uint64_t n) {
     sums_.assign(static_cast<std::size_t>(n), 0.0f);
@@ -208,4 +228,5 @@ struct zen_engine<host> {
   list merged_;
 };
 
-}  // namespace gradzip::comm::detail
+}  // namespace detail
+}  // namespace gradzip::comm

@@ -243,13 +243,14 @@ class basic_sparse_sync {
   // in the reduced part instead.
   void reduce(Exec& exec) {
     const std::uint64_t m = members(me_);
+    expects_.clear();
     std::uint64_t at = 0;
     for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) {
-      note_failure(engine_.check(exec, recv_, at, theirs_[r], me_, r, 0, m, static_cast<std::uint32_t>(ranks_),
-                                 views_[r]),
-                   r, failure_kind::part);
+      expects_.push_back({at, theirs_[r], me_, r, 0, m});
       at += theirs_[r];
     }
+    engine_.check_all(exec, recv_, expects_, static_cast<std::uint32_t>(ranks_), views_, verdicts_of_);
+    for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) note_failure(verdicts_of_[r], r, failure_kind::part);
     if (failure_.ok()) {
       engine_.sum(exec, views_, views_.size(), m);
       engine_.compact(exec, m, reduced_);
@@ -280,15 +281,15 @@ class basic_sparse_sync {
   /// Checks the P payloads of gathered_ (phase 1: reduced parts; 2: whole payloads), noting
   /// the first failure.
   void check_gathered(Exec& exec, std::uint8_t phase, failure_kind kind) {
+    expects_.clear();
     std::uint64_t at = 0;
     for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) {
       const std::uint32_t part = phase == 1 ? q : static_cast<std::uint32_t>(ranks_);
-      const std::uint64_t universe = phase == 1 ? members(q) : n_;
-      note_failure(engine_.check(exec, gathered_, at, gathered_sizes_[q], part, q, phase, universe,
-                                 static_cast<std::uint32_t>(ranks_), views_[q]),
-                   q, kind);
+      expects_.push_back({at, gathered_sizes_[q], part, q, phase, phase == 1 ? members(q) : n_});
       at += gathered_sizes_[q];
     }
+    engine_.check_all(exec, gathered_, expects_, static_cast<std::uint32_t>(ranks_), views_, verdicts_of_);
+    for (std::uint32_t q = 0; q < static_cast<std::uint32_t>(ranks_); ++q) note_failure(verdicts_of_[q], q, kind);
   }
 
   // Step 5: validate all reduced parts (and what their owners report), agree, then apply them.
@@ -417,9 +418,10 @@ class basic_sparse_sync {
     traffic_.scatter_received += theirs_[sender];
     std::uint64_t at = 0;
     for (std::uint32_t r = 0; r < sender; ++r) at += theirs_[r];
-    typename engine::view& v = views_[sender];
-    const wire::status s =
-        engine_.check(exec, recv_, at, theirs_[sender], stage, sender, 3, n_, static_cast<std::uint32_t>(ranks_), v);
+    expects_.assign(1, detail::zen_expect{at, theirs_[sender], stage, sender, 3, n_});
+    engine_.check_all(exec, recv_, expects_, static_cast<std::uint32_t>(ranks_), stage_view_, verdicts_of_);
+    const typename engine::view& v = stage_view_[0];
+    const wire::status s = verdicts_of_[0];
     if (!failure_.ok()) return;  // already failed: keep the first failure
     if (!s.ok()) {
       note_failure(s, sender, failure_kind::stage_payload);
@@ -449,7 +451,9 @@ class basic_sparse_sync {
   std::uint32_t failure_rank_ = 0;
   failure_kind failure_kind_ = failure_kind::part;
   std::vector<std::uint64_t> verdicts_;
-  std::vector<typename engine::view> views_;
+  std::vector<typename engine::view> views_, stage_view_;
+  std::vector<detail::zen_expect> expects_;
+  std::vector<wire::status> verdicts_of_;  // check_all's, one per payload
   sparse_sync_traffic traffic_;
 };
 

@@ -203,6 +203,15 @@ inline wire::status check_zen_frame(const std::uint8_t* bytes, std::uint64_t siz
   return {};
 }
 
+/// What a receiver expects of one payload in a buffer of several: where it is, and the frame
+/// fields check_zen_frame compares.
+struct zen_expect {
+  std::uint64_t at = 0, size = 0;
+  std::uint32_t part = 0, sender = 0;
+  std::uint8_t phase = 0;
+  std::uint64_t members = 0;
+};
+
 /// Parses `bytes` (exactly one payload, all readable) as check_zen_frame does, and checks every
 /// position.
 inline wire::status check_zen_part(const std::uint8_t* bytes, std::uint64_t size, std::uint32_t part,

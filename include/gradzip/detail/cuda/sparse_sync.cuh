@@ -2,14 +2,16 @@
 // (detail/host/sparse_sync.hpp has the same operations over std::vector).
 //
 // - split: each nonzero's part, a stable radix sort by part (equal parts stay in index order),
-//   per-part counts by integer atomics, then a gather of (position in I_p, value) in part order.
+//   per-part counts (in shared memory per block, then one global atomic per part and block),
+//   then a gather of (position in I_p, value) in part order.
 // - encode: the frame by a one-thread kernel (zen_part::write_frame, the host's function), the
 //   positions by index_encoder<cuda> (the host's encodings, byte for byte), the values copied.
-// - check: the frame (header and params) is read to the host and checked there; the positions
-//   are expanded on the device into a u64 array, checked as they go (COO: below |I_p| and
-//   increasing; bitmap: no bit past the end, the count; delta-varint: each chunk's own checks).
-//   When anything fails, the whole payload is read back and the host's check names the failure,
-//   so both executors report the same message.
+// - check_all: every payload's frame (header and params) is read to the host at once and
+//   checked there; then every payload's positions are expanded on the device into a u64 array,
+//   checked as they go (COO: below |I_p| and increasing; bitmap: no bit past the end, the count;
+//   delta-varint: each chunk's own checks), one flag per payload, read back at once. When
+//   anything fails, the whole payload is read back and the host's check names the failure, so
+//   both executors report the same message.
 // - sum: one kernel per part in rank order, each adding its values into a dense sum over the
 //   universe (positions within a part are distinct, so no two threads meet): the host's order.
 // - compact: a scan of the touched flags, then a scatter of (position, sum).
@@ -52,15 +54,38 @@ void check_indices_kernel(const std::uint64_t* indices, std::uint64_t m, std::ui
   }
 }
 
-/// Each nonzero's part (the sort key) and its place in the input (the sorted value).
+/// Parts up to this many are counted in shared memory first (16 KiB), so that the global
+/// counters see one atomic per part and block, not one per nonzero (P counters would serialize
+/// every nonzero's atomic).
+inline constexpr std::uint32_t shared_part_counts = 4096;
+
+/// Each nonzero's part (the sort key), its place in the input (the sorted value), and the
+/// parts' counts.
 template <class = void>
 __global__ __launch_bounds__(sparse_sync_policy::threads)
 void parts_kernel(const std::uint64_t* indices, std::uint64_t m, std::uint64_t seed, std::uint32_t parts,
                   std::uint32_t* part, std::uint32_t* place, unsigned long long* counts) {
+  __shared__ unsigned local[shared_part_counts];
+  const bool in_shared = parts <= shared_part_counts;
+  if (in_shared) {
+    for (std::uint32_t p = threadIdx.x; p < parts; p += blockDim.x) local[p] = 0;
+    __syncthreads();
+  }
   GRADZIP_ZEN_LOOP(j, m) {
-    part[j] = hash::partition::part_of(seed, indices[j], parts);
+    const std::uint32_t p = hash::partition::part_of(seed, indices[j], parts);
+    part[j] = p;
     place[j] = static_cast<std::uint32_t>(j);
-    atomicAdd(counts + part[j], 1ull);
+    if (in_shared) {
+      atomicAdd(local + p, 1u);
+    } else {
+      atomicAdd(counts + p, 1ull);
+    }
+  }
+  if (in_shared) {
+    __syncthreads();
+    for (std::uint32_t p = threadIdx.x; p < parts; p += blockDim.x) {
+      if (local[p] != 0) atomicAdd(counts + p, static_cast<unsigned long long>(local[p]));
+    }
   }
 }
 
@@ -378,32 +403,76 @@ struct zen_engine<cuda> {
     return l.total_bytes();
   }
 
-  /// Checks the payload at b[at, at + size): the frame on the host, the positions here (into
-  /// v.positions). A failure is the host check's, of the whole payload read back.
-  wire::status check(cuda& exec, bytes& b, std::uint64_t at, std::uint64_t size, std::uint32_t part,
-                     std::uint32_t sender, std::uint8_t phase, std::uint64_t members, std::uint32_t ranks, view& v) {
+  /// Checks each payload `expects` names in b: every frame read back at once and checked on
+  /// the host, then every payload's positions expanded here (into views[i].positions) and
+  /// checked as they are read, the verdicts read back at once: two synchronizations however
+  /// many payloads. A payload that fails is read back whole and the host's check names the
+  /// failure.
+  void check_all(cuda& exec, bytes& b, const std::vector<zen_expect>& expects, std::uint32_t ranks,
+                 std::vector<view>& views, std::vector<wire::status>& out) {
     using namespace gradzip::detail;
-    const auto* payload = reinterpret_cast<const std::uint8_t*>(b.data()) + at;
-    auto host_verdict = [&] {
-      whole_.resize(static_cast<std::size_t>(size));
-      zen_device::download(exec, whole_.data(), payload, whole_.size());
-      zen_part_view hv;
-      const wire::status s = check_zen_part(whole_.data(), size, part, sender, phase, members, ranks, hv);
-      // A payload after a bad one in the same buffer may start unaligned: its values cannot be
-      // read in place, and the earlier failure is the one reported.
-      return s.ok() ? wire::fail(wire::format_errc::section_misaligned, at, 0) : s;
+    const std::size_t count = expects.size();
+    views.resize(count);
+    out.assign(count, wire::status{});
+    const auto* base = reinterpret_cast<const std::uint8_t*>(b.data());
+    auto aligned = [&](std::size_t i) {
+      return reinterpret_cast<std::uintptr_t>(base + expects[i].at) % wire::alignment == 0;
     };
-    if (reinterpret_cast<std::uintptr_t>(payload) % wire::alignment != 0) return host_verdict();
-    prefix_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size, prefix_bytes)));
-    zen_device::download(exec, prefix_.data(), payload, prefix_.size());
-    zen_part_view hv;
-    if (!check_zen_frame(prefix_.data(), size, prefix_.size(), part, sender, phase, members, ranks, hv).ok()) {
-      return host_verdict();
+    auto readable = [&](std::size_t i) { return std::min<std::uint64_t>(expects[i].size, prefix_bytes); };
+    // 1. Every frame to the host.
+    prefix_.resize(count * prefix_bytes);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (aligned(i) && readable(i) != 0) {
+        GRADZIP_CUDA_TRY(cudaMemcpyAsync(prefix_.data() + i * prefix_bytes, base + expects[i].at, readable(i),
+                                         cudaMemcpyDeviceToHost, exec.stream()));
+      }
     }
-    v.frame = hv.frame;
-    v.values = reinterpret_cast<const float*>(payload + (hv.value_bytes - prefix_.data()));
-    if (!expand(exec, payload + (hv.indices - prefix_.data()), v)) return host_verdict();
-    return {};
+    exec.synchronize();
+    // 2. The frames, on the host; what the device pass needs.
+    pending_.assign(count, 0);
+    indices_.assign(count, nullptr);
+    word_offset_.assign(count + 1, 0);
+    std::size_t scan_bytes = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const zen_expect& e = expects[i];
+      const std::uint8_t* frame = prefix_.data() + i * prefix_bytes;
+      zen_part_view hv;
+      word_offset_[i + 1] = word_offset_[i];
+      if (!aligned(i) ||
+          !check_zen_frame(frame, e.size, readable(i), e.part, e.sender, e.phase, e.members, ranks, hv).ok()) {
+        out[i] = host_verdict(exec, base, e, ranks);
+        continue;
+      }
+      view& v = views[i];
+      v.frame = hv.frame;
+      v.values = reinterpret_cast<const float*>(base + e.at + (hv.value_bytes - frame));
+      v.positions.resize(exec, v.frame.k);
+      indices_[i] = base + e.at + (hv.indices - frame);
+      if (v.frame.encoding == encode::bitmap::id) {
+        const std::uint64_t words = encode::bitmap::words(v.frame.members);
+        word_offset_[i + 1] += 2 * words;  // counts, then their exclusive sum
+        if (words != 0) scan_bytes = std::max(scan_bytes, exclusive_sum_bytes(exec, words));
+      }
+      pending_[i] = 1;
+    }
+    // 3. Every payload's positions, each with its own flag.
+    counts_.resize(exec, word_offset_[count]);
+    const std::size_t flag_bytes = scratch_aligned(count * sizeof(unsigned));
+    std::byte* scratch = exec.scratch(flag_bytes + scan_bytes);
+    auto* flags = reinterpret_cast<unsigned*>(scratch);
+    if (count != 0) GRADZIP_CUDA_TRY(cudaMemsetAsync(flags, 0, count * sizeof(unsigned), exec.stream()));
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pending_[i] != 0) {
+        expand(exec, indices_[i], views[i], flags + i, counts_.data() + word_offset_[i], scratch + flag_bytes,
+               scan_bytes);
+      }
+    }
+    // 4. The verdicts.
+    flags_.assign(count, 0);
+    zen_device::download(exec, flags_.data(), flags, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pending_[i] != 0 && flags_[i] != 0) out[i] = host_verdict(exec, base, expects[i], ranks);
+    }
   }
 
   /// sums[i] <- the sum from zero, in view order, of views[0 .. count)'s values at i (i below
@@ -440,8 +509,10 @@ struct zen_engine<cuda> {
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, touched_.data(), at_.data(), universe,
                                                    exec.stream()));
     std::uint32_t last_at = 0, last_touched = 0;
-    zen_device::download(exec, &last_at, at_.data() + universe - 1, 1);
-    zen_device::download(exec, &last_touched, touched_.data() + universe - 1, 1);
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&last_at, at_.data() + universe - 1, 4, cudaMemcpyDeviceToHost, exec.stream()));
+    GRADZIP_CUDA_TRY(
+        cudaMemcpyAsync(&last_touched, touched_.data() + universe - 1, 4, cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
     to.resize(exec, static_cast<std::uint64_t>(last_at) + last_touched);
     launch_over<policy>(exec, universe, zen_device::compact_kernel<>, source, touched_.data(), at_.data(), universe,
                         to.positions.data(), to.values.data());
@@ -580,28 +651,35 @@ struct zen_engine<cuda> {
     GRADZIP_CUDA_TRY(cudaMemsetAsync(touched_.data(), 0, universe * sizeof(std::uint32_t), exec.stream()));
   }
 
-  /// v.positions <- the frame's positions, checked as they are read; false on a failure.
-  bool expand(cuda& exec, const std::uint8_t* indices, view& v) {
+  /// A payload's verdict from the host's check of all of it, read back (after a failure): the
+  /// host's message. One after a bad payload in the same buffer may start unaligned, and its
+  /// values cannot be read in place; the earlier failure is the one reported.
+  wire::status host_verdict(cuda& exec, const std::uint8_t* base, const zen_expect& e, std::uint32_t ranks) {
+    whole_.resize(static_cast<std::size_t>(e.size));
+    gradzip::detail::zen_device::download(exec, whole_.data(), base + e.at, whole_.size());
+    zen_part_view hv;
+    const wire::status s = check_zen_part(whole_.data(), e.size, e.part, e.sender, e.phase, e.members, ranks, hv);
+    return s.ok() ? wire::fail(wire::format_errc::section_misaligned, e.at, 0) : s;
+  }
+
+  /// Queues the kernels that write v.positions from the index section, checking them as they
+  /// are read: a failure sets *bad. A bitmap's counts and their sum go to `counts` (2 words per
+  /// bitmap word), CUB's scan to `temp`.
+  void expand(cuda& exec, const std::uint8_t* indices, view& v, unsigned* bad, std::uint64_t* counts, std::byte* temp,
+              std::size_t temp_bytes) {
     using namespace gradzip::detail;
     const zen_part& z = v.frame;
-    v.positions.resize(exec, z.k);
-    const std::uint64_t words = z.encoding == encode::bitmap::id ? encode::bitmap::words(z.members) : 0;
-    std::size_t scan_bytes = words != 0 ? exclusive_sum_bytes(exec, words) : 0;
-    std::byte* scratch = exec.scratch(256 + scan_bytes);  // the flag, then CUB's storage
-    auto* bad = reinterpret_cast<unsigned*>(scratch);
-    GRADZIP_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof *bad, exec.stream()));
     if (z.encoding == encode::coo::id) {
       if (z.k != 0) {
         launch_over<policy>(exec, z.k, zen_device::coo_positions_kernel<>, indices, encode::coo::index_width(z.members),
                             z.k, z.members, v.positions.data(), bad);
       }
     } else if (z.encoding == encode::bitmap::id) {
-      if (words == 0) return z.k == 0;
-      counts_.resize(exec, 2 * words);
-      std::uint64_t* counts = counts_.data();
+      const std::uint64_t words = encode::bitmap::words(z.members);
+      if (words == 0) return;  // then k is 0 (check_zen_frame: k <= members)
       std::uint64_t* first = counts + words;
       launch_over<policy>(exec, words, zen_device::bitmap_counts_kernel<>, indices, z.members, words, counts, bad);
-      GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(scratch + 256, scan_bytes, counts, first, words, exec.stream()));
+      GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, first, words, exec.stream()));
       launch_over<policy>(exec, words, zen_device::bitmap_positions_kernel<>, indices, words, counts, first, z.k,
                           v.positions.data(), bad);
     } else {
@@ -611,9 +689,6 @@ struct zen_engine<cuda> {
                             encode::delta_varint::gap_width(z.members), chunks, v.positions.data(), bad);
       }
     }
-    unsigned flags = 0;
-    zen_device::download(exec, &flags, bad, 1);
-    return flags == 0;
   }
 
   gradzip::detail::device_buffer<std::uint32_t> position_;
@@ -627,7 +702,10 @@ struct zen_engine<cuda> {
   growable<std::uint32_t> at_;
   growable<double> staged_;
   growable<std::uint64_t> counts_;
-  std::vector<std::uint8_t> prefix_, whole_;
+  std::vector<std::uint8_t> prefix_, whole_, pending_;
+  std::vector<const std::uint8_t*> indices_;
+  std::vector<std::uint64_t> word_offset_;
+  std::vector<unsigned> flags_;
 };
 
 }  // namespace gradzip::comm::detail

@@ -108,12 +108,17 @@ struct zen_engine<host> {
     return l.total_bytes();
   }
 
-  /// Checks the payload at bytes[at, at + size) (frame and positions); v views it in place.
-  static wire::status check(host&, const bytes& b, std::uint64_t at, std::uint64_t size, std::uint32_t part,
-                            std::uint32_t sender, std::uint8_t phase, std::uint64_t members, std::uint32_t ranks,
-                            view& v) {
-    return check_zen_part(reinterpret_cast<const std::uint8_t*>(b.data()) + at, size, part, sender, phase, members,
-                          ranks, v);
+  /// Checks each payload `expects` names in b (frame and positions): views[i] views payload i
+  /// in place, out[i] is its verdict.
+  static void check_all(host&, const bytes& b, const std::vector<zen_expect>& expects, std::uint32_t ranks,
+                        std::vector<view>& views, std::vector<wire::status>& out) {
+    views.resize(expects.size());
+    out.resize(expects.size());
+    const auto* base = reinterpret_cast<const std::uint8_t*>(b.data());
+    for (std::size_t i = 0; i < expects.size(); ++i) {
+      const zen_expect& e = expects[i];
+      out[i] = check_zen_part(base + e.at, e.size, e.part, e.sender, e.phase, e.members, ranks, views[i]);
+    }
   }
 
   /// sums[i] <- the sum from zero, in view order, of views[0 .. count)'s values at i (i below

@@ -4,6 +4,10 @@
 // median wall time of each, fitted to alpha + beta * bytes; the JSON holds device costs only.
 // Merge it into the host calibration with gradzip_plan --device-calibration FILE.
 //
+// For a sparsifying codec it also times the sparse_sync route's own work on the device, as
+// gradzip_calibrate does on the host: the group as planned_allreducer runs it by Zen's sparse
+// sync (plan_codec<float, cuda>::sparse), on one rank, less the codec's compress.
+//
 //   gradzip_calibrate_cuda [--out device.json] [--quick]
 #include "calibration.hpp"
 #include "cuda_common.cuh"
@@ -11,6 +15,30 @@
 namespace {
 
 using namespace gradzip_calibration;
+
+/// A communicator of one rank over device memory: every collective leaves this rank's data
+/// where it is (copied where the caller's buffers differ), before returning.
+struct single_rank_device final : gz::comm::communicator {
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override {}
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override { sizes[0] = mine; }
+  void alltoall_sizes(gz::span<const std::uint64_t> mine, gz::span<std::uint64_t> theirs) override {
+    theirs[0] = mine[0];
+  }
+  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
+    copy(all.data(), mine.data(), mine.size());
+  }
+  void alltoallv_bytes(gz::span<const std::byte> send, gz::span<const std::uint64_t>, gz::span<std::byte> recv,
+                       gz::span<const std::uint64_t>) override {
+    copy(recv.data(), send.data(), send.size());
+  }
+
+ private:
+  static void copy(std::byte* to, const std::byte* from, std::size_t bytes) {
+    if (bytes != 0) GRADZIP_CUDA_TRY(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice));
+  }
+};
 
 template <class Codec>
 measured measure(const settings& s, const Codec& c) {
@@ -39,6 +67,19 @@ measured measure(const settings& s, const Codec& c) {
     exec.check();
     m.bytes.push_back(4.0 * static_cast<double>(n));
     m.payload.push_back(static_cast<double>(size));
+    if constexpr (Codec::has_indices) {
+      single_rank_device one;
+      const auto group = gz::comm::plan_codec<float, gz::cuda>::sparse("", c).build(exec, n, 1);
+      float* work = nullptr;
+      GRADZIP_CUDA_TRY(cudaMalloc(&work, n * sizeof(float)));
+      const double whole = median_seconds(s, [&] {
+        GRADZIP_CUDA_TRY(cudaMemcpyAsync(work, g, n * sizeof(float), cudaMemcpyDeviceToDevice, exec.stream()));
+        group->run(one, exec, gz::span<float>(work, n), {step++, 0});
+        exec.synchronize();
+      });
+      m.sparse_sync.push_back(std::max(whole - m.compress.back(), 1e-9));
+      cudaFree(work);
+    }
     cudaFree(g);
     cudaFree(out);
     cudaFree(accum);

@@ -62,6 +62,10 @@ void device_costs(codec_cost& c) {
   } else if (c.name == "topk1") {
     c.device_compress = {25e-6, 3.0 / 1.0e12};         // three reads, instruction-bound
     c.device_decompress_add = {6e-6, 0.1 / memory};    // 1 % of the elements, scattered sectors
+    // The sparse_sync route's own work (docs/performance.md, Zen's sparse synchronization):
+    // about 8 host synchronizations and 40 launches a step; about 100 B per nonzero and
+    // 24 B per element of I_p, 1 B per gradient byte at 1 % and 8 ranks.
+    c.device_sparse_sync = {200e-6, 1.0 / memory};
   } else if (c.name == "qsgd4" || c.name == "scaled_sign") {
     c.device_compress = {10e-6, 2.13 / 0.9e12};        // the norm pass, then codes
     c.device_decompress_add = {6e-6, 2.13 / memory};

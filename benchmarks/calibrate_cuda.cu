@@ -16,30 +16,6 @@ namespace {
 
 using namespace gradzip_calibration;
 
-/// A communicator of one rank over device memory: every collective leaves this rank's data
-/// where it is (copied where the caller's buffers differ), before returning.
-struct single_rank_device final : gz::comm::communicator {
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void allreduce_sum(void*, std::size_t, gz::element_type) override {}
-  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override { sizes[0] = mine; }
-  void alltoall_sizes(gz::span<const std::uint64_t> mine, gz::span<std::uint64_t> theirs) override {
-    theirs[0] = mine[0];
-  }
-  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all, gz::span<const std::uint64_t>) override {
-    copy(all.data(), mine.data(), mine.size());
-  }
-  void alltoallv_bytes(gz::span<const std::byte> send, gz::span<const std::uint64_t>, gz::span<std::byte> recv,
-                       gz::span<const std::uint64_t>) override {
-    copy(recv.data(), send.data(), send.size());
-  }
-
- private:
-  static void copy(std::byte* to, const std::byte* from, std::size_t bytes) {
-    if (bytes != 0) GRADZIP_CUDA_TRY(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice));
-  }
-};
-
 template <class Codec>
 measured measure(const settings& s, const Codec& c) {
   gz::cuda exec;
@@ -68,7 +44,7 @@ measured measure(const settings& s, const Codec& c) {
     m.bytes.push_back(4.0 * static_cast<double>(n));
     m.payload.push_back(static_cast<double>(size));
     if constexpr (Codec::has_indices) {
-      single_rank_device one;
+      gradzip_bench::single_rank_device one;
       const auto group = gz::comm::plan_codec<float, gz::cuda>::sparse("", c).build(exec, n, 1);
       float* work = nullptr;
       GRADZIP_CUDA_TRY(cudaMalloc(&work, n * sizeof(float)));

@@ -137,4 +137,28 @@ inline double copy_roofline(std::size_t bytes, cudaStream_t stream) {
   return bytes / seconds;
 }
 
+/// A communicator of one rank over device memory: every collective leaves this rank's data
+/// where it is (copied where the caller's buffers differ), before returning.
+struct single_rank_device final : gradzip::comm::communicator {
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(void*, std::size_t, gradzip::element_type) override {}
+  void allgather_sizes(std::uint64_t mine, gradzip::span<std::uint64_t> sizes) override { sizes[0] = mine; }
+  void alltoall_sizes(gradzip::span<const std::uint64_t> mine, gradzip::span<std::uint64_t> theirs) override {
+    theirs[0] = mine[0];
+  }
+  void allgatherv_bytes(gradzip::span<const std::byte> mine, gradzip::span<std::byte> all, gradzip::span<const std::uint64_t>) override {
+    copy(all.data(), mine.data(), mine.size());
+  }
+  void alltoallv_bytes(gradzip::span<const std::byte> send, gradzip::span<const std::uint64_t>, gradzip::span<std::byte> recv,
+                       gradzip::span<const std::uint64_t>) override {
+    copy(recv.data(), send.data(), send.size());
+  }
+
+ private:
+  static void copy(std::byte* to, const std::byte* from, std::size_t bytes) {
+    if (bytes != 0) GRADZIP_CUDA_TRY(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice));
+  }
+};
+
 }  // namespace gradzip_bench

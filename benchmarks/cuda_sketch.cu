@@ -5,7 +5,10 @@
 // - one FetchSGD step on a summed sketch (the cell update, unsketch, the sent cells zeroed);
 // - SimHash, B = 1024, m = 128 bits per block;
 // - hashed top-k at 1 %, and the same through compress_async (no host synchronization);
-// - Zen's split of n/100 sorted indices over 64 parts.
+// - Zen's split of n/100 sorted indices over 64 parts;
+// - one step of Zen's sparse synchronization (Balanced Parallelism) of n/100 nonzeros on one
+//   rank: every kernel and host synchronization of a step, without a network (input GB/s
+//   counts the nonzeros' 12 bytes each).
 // Without a GPU every benchmark reports "no CUDA device" and skips.
 #include <random>
 
@@ -148,6 +151,31 @@ void BM_cuda_partition_split(benchmark::State& state) {
   report_roofline(state, sorted.size() * sizeof(std::uint64_t), exec.stream());
 }
 
+void BM_cuda_sparse_sync(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const std::size_t n = static_cast<std::size_t>(state.range(0));
+  gz::cuda exec;
+  std::vector<std::uint64_t> nonzero;
+  std::mt19937_64 rng(11);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (rng() % 100 == 0) nonzero.push_back(i);
+  }
+  const auto g = gradzip_tools::synthetic_gradient<float>(nonzero.size(), 5);
+  device_array<std::uint64_t> indices(nonzero.size());
+  device_array<float> values(nonzero.size()), out(n);
+  GRADZIP_CUDA_TRY(cudaMemcpy(indices.data, nonzero.data(), nonzero.size() * 8, cudaMemcpyHostToDevice));
+  GRADZIP_CUDA_TRY(cudaMemcpy(values.data, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+  GRADZIP_CUDA_TRY(cudaMemset(out.data, 0, n * sizeof(float)));
+  single_rank_device one;
+  gz::comm::basic_sparse_sync<gz::cuda> zen(n, 1, 3);
+  time_events(state, exec.stream(), nonzero.size() * 12, [&] {
+    zen.run(one, exec, gz::span<const std::uint64_t>(indices.data, indices.size),
+            gz::span<const float>(values.data, values.size), out.view());
+  });
+  state.counters["nonzeros"] = static_cast<double>(nonzero.size());
+  report_roofline(state, nonzero.size() * 12, exec.stream());
+}
+
 }  // namespace
 
 BENCHMARK(BM_cuda_count_sketch)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -157,3 +185,4 @@ BENCHMARK(BM_cuda_simhash)->Apply(device_axis)->UseManualTime()->Unit(benchmark:
 BENCHMARK(BM_cuda_hashed_topk<false>)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_hashed_topk<true>)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_partition_split)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cuda_sparse_sync)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);

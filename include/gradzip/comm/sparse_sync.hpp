@@ -27,8 +27,10 @@
  * peers have left. Host executor; the communicator's buffers are host memory.
  *
  * Memory: 12 bytes per index of [0, n) for the member tables (built once), plus per step the
- * parts (sized by the nonzeros) and a sum and a flag (5 bytes) per index of the universe the
- * step sums over: n / P for Balanced Parallelism, n for the allgather scheme.
+ * parts (sized by the nonzeros) and a sum and a flag per index of the universe the step sums
+ * over (5 bytes on the host, 12 on the GPU with the flags' offsets): n / P for Balanced
+ * Parallelism, n for the allgather scheme and the GPU's hierarchy. The GPU also expands each
+ * received payload's positions, 8 bytes per entry.
  *
  * @code
  * gradzip::comm::sparse_sync zen(n, comm.size(), seed);
@@ -133,6 +135,11 @@ class basic_sparse_sync {
   void run(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values,
            span<float> out, float alpha = 1.0f, sparse_scheme scheme = sparse_scheme::balanced_parallelism) {
     check_arguments(comm, exec, indices, values, out, "sparse_sync");
+    // Before any communication, so that no rank fails alone in the middle of the step.
+    const std::uint64_t universe = scheme == sparse_scheme::balanced_parallelism ? largest_part() : n_;
+    GRADZIP_EXPECTS(universe <= engine::max_universe, "sparse_sync: this executor sums over at most ",
+                    engine::max_universe, " indices at a time; the scheme needs ", universe,
+                    " (n = ", n_, ", ranks = ", ranks_, ")");
     me_ = static_cast<std::uint32_t>(comm.rank());
     traffic_ = {};
     failure_ = wire::status{};
@@ -193,6 +200,12 @@ class basic_sparse_sync {
   }
 
  private:
+  std::uint64_t largest_part() const {
+    std::uint64_t most = 0;
+    for (std::uint32_t p = 0; p < static_cast<std::uint32_t>(ranks_); ++p) most = std::max(most, members(p));
+    return most;
+  }
+
   /// What a rank rejected, for the verdicts: the kinds of message.
   enum class failure_kind : std::uint8_t { part = 0, reduced_part = 1, payload = 2, stage_payload = 3 };
 

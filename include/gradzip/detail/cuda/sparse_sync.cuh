@@ -252,7 +252,7 @@ class growable {
       if (size_ != 0) {
         GRADZIP_CUDA_TRY(cudaMemcpyAsync(bigger.data(), storage_.data(), size_ * sizeof(T), cudaMemcpyDeviceToDevice,
                                          exec.stream()));
-        exec.synchronize();  // cudaFree of the old block does not wait for a non-blocking stream
+        exec.synchronize();  // the copy is done before the old block goes (cudaFree would wait too)
       }
       storage_ = std::move(bigger);
     }
@@ -261,6 +261,38 @@ class growable {
 
  private:
   device_buffer<T> storage_;
+  std::size_t size_ = 0;
+};
+
+/// Page-locked host bytes (cudaMallocHost), grown as needed, contents not kept: copies into them
+/// are asynchronous.
+class pinned_bytes {
+ public:
+  pinned_bytes() = default;
+  pinned_bytes(const pinned_bytes&) = delete;
+  pinned_bytes& operator=(const pinned_bytes&) = delete;
+  pinned_bytes(pinned_bytes&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_bytes& operator=(pinned_bytes&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~pinned_bytes() {
+    if (data_ != nullptr) GRADZIP_CUDA_TRY_NO_THROW(cudaFreeHost(data_));
+  }
+  /// At least `size` bytes (the old ones are freed: call between uses, never during a copy).
+  void reserve(std::size_t size) {
+    if (size <= size_) return;
+    if (data_ != nullptr) GRADZIP_CUDA_TRY(cudaFreeHost(data_));
+    data_ = nullptr;
+    size_ = 0;
+    GRADZIP_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&data_), size));
+    size_ = size;
+  }
+  std::uint8_t* data() const noexcept { return data_; }
+
+ private:
+  std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };
 
@@ -309,7 +341,13 @@ struct zen_engine<cuda> {
         parts_(t.partition.parts()), start_(t.start) {
     upload(position_.data(), t.position);
     upload(members_.data(), t.members);
+    // A copy from pageable memory may return before its DMA lands, and the executor's stream
+    // (non-blocking, perhaps) does not wait for the legacy stream: finish it here, once.
+    GRADZIP_CUDA_TRY(cudaDeviceSynchronize());
   }
+
+  /// The largest universe this engine sums over: its touched flags' offsets are 32-bit.
+  static constexpr std::uint64_t max_universe = 0xFFFFFFFFull;
 
   static std::byte* data(bytes& b) { return b.data(); }
   static void resize(cuda& exec, bytes& b, std::uint64_t size) { b.resize(exec, static_cast<std::size_t>(size)); }
@@ -419,8 +457,9 @@ struct zen_engine<cuda> {
       return reinterpret_cast<std::uintptr_t>(base + expects[i].at) % wire::alignment == 0;
     };
     auto readable = [&](std::size_t i) { return std::min<std::uint64_t>(expects[i].size, prefix_bytes); };
-    // 1. Every frame to the host.
-    prefix_.resize(count * prefix_bytes);
+    // 1. Every frame to the host: into pinned memory, so that the copies queue without blocking
+    // and one synchronization waits for all of them.
+    prefix_.reserve(count * prefix_bytes);
     for (std::size_t i = 0; i < count; ++i) {
       if (aligned(i) && readable(i) != 0) {
         GRADZIP_CUDA_TRY(cudaMemcpyAsync(prefix_.data() + i * prefix_bytes, base + expects[i].at, readable(i),
@@ -702,7 +741,8 @@ struct zen_engine<cuda> {
   growable<std::uint32_t> at_;
   growable<double> staged_;
   growable<std::uint64_t> counts_;
-  std::vector<std::uint8_t> prefix_, whole_, pending_;
+  gradzip::detail::zen_device::pinned_bytes prefix_;
+  std::vector<std::uint8_t> whole_, pending_;
   std::vector<const std::uint8_t*> indices_;
   std::vector<std::uint64_t> word_offset_;
   std::vector<unsigned> flags_;

@@ -50,6 +50,9 @@ struct zen_engine<host> {
 
   explicit zen_engine(const zen_tables&) {}
 
+  /// The largest universe this engine sums over.
+  static constexpr std::uint64_t max_universe = ~std::uint64_t{0};
+
   static std::byte* data(bytes& b) { return b.data(); }
   static const std::byte* data(const bytes& b) { return b.data(); }
   static void resize(host&, bytes& b, std::uint64_t size) { b.resize(static_cast<std::size_t>(size)); }

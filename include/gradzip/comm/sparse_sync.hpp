@@ -213,8 +213,12 @@ class basic_sparse_sync {
   void scatter(communicator& comm, Exec& exec, span<const std::uint64_t> indices, span<const float> values) {
     engine_.split(exec, tables_, indices, values, split_, first_);
     engine::resize(exec, send_, 0);
+    frames_.clear();
     for (std::uint32_t p = 0; p < static_cast<std::uint32_t>(ranks_); ++p) {
-      sizes_[p] = encode(exec, p, 0, members(p), split_, first_[p], first_[p + 1] - first_[p], send_);
+      frames_.push_back(frame(p, 0, members(p), first_[p + 1] - first_[p]));
+    }
+    engine_.encode_all(exec, frames_, split_, first_, send_, sizes_);
+    for (std::uint32_t p = 0; p < static_cast<std::uint32_t>(ranks_); ++p) {
       if (p != me_) traffic_.scatter_sent += sizes_[p];
     }
     exchange_bytes(comm, exec);
@@ -235,11 +239,10 @@ class basic_sparse_sync {
     engine::take_back(exec, comm);
   }
 
-  /// Appends part p's payload (entries l[at, at + k), positions increasing and < universe) to
-  /// `to`; returns its size. A failure report carries no entries.
-  std::uint64_t encode(Exec& exec, std::uint32_t p, std::uint8_t phase, std::uint64_t universe,
-                       const typename engine::list& l, std::uint64_t at, std::uint64_t k,
-                       typename engine::bytes& to, const wire::status& failure = {}, std::uint32_t culprit = 0) {
+  /// The frame of part p's payload from this rank (its encoding and index bytes left to the
+  /// engine). A failure report carries no entries.
+  detail::zen_part frame(std::uint32_t p, std::uint8_t phase, std::uint64_t universe, std::uint64_t k,
+                         const wire::status& failure = {}, std::uint32_t culprit = 0) const {
     detail::zen_part z;
     z.part = p;
     z.sender = me_;
@@ -249,7 +252,16 @@ class basic_sparse_sync {
     z.culprit = failure.ok() ? 0 : culprit;
     z.members = universe;
     z.k = failure.ok() ? k : 0;
-    return engine_.encode(exec, z, l.position_data(at), l.value_data(at), to);
+    return z;
+  }
+
+  /// Appends part p's payload (entries l[at, at + k), positions increasing and < universe) to
+  /// `to`; returns its size.
+  std::uint64_t encode(Exec& exec, std::uint32_t p, std::uint8_t phase, std::uint64_t universe,
+                       const typename engine::list& l, std::uint64_t at, std::uint64_t k,
+                       typename engine::bytes& to, const wire::status& failure = {}, std::uint32_t culprit = 0) {
+    return engine_.encode(exec, frame(p, phase, universe, k, failure, culprit), l.position_data(at),
+                          l.value_data(at), to);
   }
 
   // Step 3: validate every received part, then sum them in rank order; a bad one is reported
@@ -466,6 +478,7 @@ class basic_sparse_sync {
   std::vector<std::uint64_t> verdicts_;
   std::vector<typename engine::view> views_, stage_view_;
   std::vector<detail::zen_expect> expects_;
+  std::vector<detail::zen_part> frames_;
   std::vector<wire::status> verdicts_of_;  // check_all's, one per payload
   sparse_sync_traffic traffic_;
 };

@@ -101,11 +101,13 @@ struct index_encoder<cuda> {
     if (bytes != 0) GRADZIP_CUDA_TRY(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, exec.stream()));
   }
 
- private:
-
-  /// delta-varint's section size; chunk c's data offset is left at ws[chunks + 1 + c].
-  static std::uint64_t measure_delta(cuda& exec, const std::uint64_t* idx, std::uint64_t k,
-                                     std::uint64_t n, std::byte* ws) {
+  /// Queues delta-varint's measurement of idx into ws (as plan does) and a copy of its data
+  /// bytes to *total (host memory; pinned, for the copy not to block), without synchronizing:
+  /// after a synchronization, its section is delta_varint::data_at(k) + *total. For planning
+  /// many sections with one synchronization (comm::sparse_sync's parts); encode then takes the
+  /// same ws.
+  static void queue_delta_measure(cuda& exec, const std::uint64_t* idx, std::uint64_t k, std::uint64_t n,
+                                  std::byte* ws, std::uint64_t* total) {
     const std::uint64_t chunks = encode::delta_varint::chunks(k);
     auto* sizes = reinterpret_cast<std::uint64_t*>(ws);
     std::uint64_t* offsets = sizes + chunks + 1;
@@ -114,8 +116,17 @@ struct index_encoder<cuda> {
     void* temp = reinterpret_cast<std::byte*>(offsets + chunks + 1) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, chunks + 1);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, sizes, offsets, chunks + 1, exec.stream()));
-    std::uint64_t total = 0;  // offsets[chunks]: every chunk's data
-    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&total, offsets + chunks, sizeof total, cudaMemcpyDeviceToHost, exec.stream()));
+    // offsets[chunks]: every chunk's data
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(total, offsets + chunks, sizeof *total, cudaMemcpyDeviceToHost, exec.stream()));
+  }
+
+ private:
+
+  /// delta-varint's section size; chunk c's data offset is left at ws[chunks + 1 + c].
+  static std::uint64_t measure_delta(cuda& exec, const std::uint64_t* idx, std::uint64_t k,
+                                     std::uint64_t n, std::byte* ws) {
+    std::uint64_t total = 0;
+    queue_delta_measure(exec, idx, k, n, ws, &total);
     exec.synchronize();  // the payload's layout depends on the size
     return encode::delta_varint::data_at(k) + total;
   }

@@ -441,6 +441,51 @@ struct zen_engine<cuda> {
     return l.total_bytes();
   }
 
+  /// encode for every frame, frames[p]'s entries at l[first[p] ..), with one synchronization
+  /// for all the delta-varint measurements (each part its own workspace): sizes[p] <- its size.
+  void encode_all(cuda& exec, std::vector<zen_part>& frames, const list& l, const std::vector<std::uint64_t>& first,
+                  bytes& to, std::vector<std::uint64_t>& sizes) {
+    using encoder = gradzip::detail::index_encoder<cuda>;
+    const std::size_t count = frames.size();
+    workspace_at_.assign(count + 1, 0);
+    for (std::size_t p = 0; p < count; ++p) {
+      workspace_at_[p + 1] = workspace_at_[p] + gradzip::detail::scratch_aligned(encoder::workspace_bytes(exec, frames[p].k));
+    }
+    workspace_.resize(exec, workspace_at_[count]);
+    totals_.reserve(count * sizeof(std::uint64_t));
+    auto* totals = reinterpret_cast<std::uint64_t*>(totals_.data());
+    measured_.assign(count, 0);
+    for (std::size_t p = 0; p < count; ++p) {
+      if (encode::automatic::delta_may_win(frames[p].k, frames[p].members)) {
+        encoder::queue_delta_measure(exec, l.position_data(first[p]), frames[p].k, frames[p].members,
+                                     workspace_.data() + workspace_at_[p], totals + p);
+        measured_[p] = 1;
+      }
+    }
+    if (std::find(measured_.begin(), measured_.end(), 1) != measured_.end()) exec.synchronize();
+    sizes.resize(count);
+    std::uint64_t bytes_total = 0;
+    for (std::size_t p = 0; p < count; ++p) {
+      zen_part& z = frames[p];
+      const std::uint64_t delta = measured_[p] != 0 ? encode::delta_varint::data_at(z.k) + totals[p] : 0;
+      z.index_bytes = encode::automatic_section(z.k, z.members, delta, z.encoding);
+      sizes[p] = z.layout().total_bytes();
+      bytes_total += sizes[p];
+    }
+    std::size_t at = to.size();
+    to.resize(exec, at + static_cast<std::size_t>(bytes_total));
+    for (std::size_t p = 0; p < count; ++p) {
+      const zen_part& z = frames[p];
+      const wire::payload_layout layout = z.layout();
+      auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
+      gradzip::detail::launch(gradzip::detail::zen_device::write_frame_kernel<>, 1, 1, 0, exec.stream(), base, z);
+      encoder::encode(exec, z.encoding, l.position_data(first[p]), z.k, z.members, workspace_.data() + workspace_at_[p],
+                      base + layout.at(1).offset);
+      copy(exec, reinterpret_cast<float*>(base + layout.at(2).offset), l.value_data(first[p]), z.k);
+      at += static_cast<std::size_t>(sizes[p]);
+    }
+  }
+
   /// Checks each payload `expects` names in b: every frame read back at once and checked on
   /// the host, then every payload's positions expanded here (into views[i].positions) and
   /// checked as they are read, the verdicts read back at once: two synchronizations however
@@ -741,7 +786,9 @@ struct zen_engine<cuda> {
   growable<std::uint32_t> at_;
   growable<double> staged_;
   growable<std::uint64_t> counts_;
-  gradzip::detail::zen_device::pinned_bytes prefix_;
+  gradzip::detail::zen_device::pinned_bytes prefix_, totals_;
+  std::vector<std::uint64_t> workspace_at_;
+  std::vector<std::uint8_t> measured_;
   std::vector<std::uint8_t> whole_, pending_;
   std::vector<const std::uint8_t*> indices_;
   std::vector<std::uint64_t> word_offset_;

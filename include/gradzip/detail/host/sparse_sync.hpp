@@ -111,6 +111,15 @@ struct zen_engine<host> {
     return l.total_bytes();
   }
 
+  /// encode for each frame in turn, frames[p]'s entries at l[first[p] ..): sizes[p] <- its size.
+  void encode_all(host& exec, std::vector<zen_part>& frames, const list& l, const std::vector<std::uint64_t>& first,
+                  bytes& to, std::vector<std::uint64_t>& sizes) {
+    sizes.resize(frames.size());
+    for (std::size_t p = 0; p < frames.size(); ++p) {
+      sizes[p] = encode(exec, frames[p], l.position_data(first[p]), l.value_data(first[p]), to);
+    }
+  }
+
   /// Checks each payload `expects` names in b (frame and positions): views[i] views payload i
   /// in place, out[i] is its verdict.
   static void check_all(host&, const bytes& b, const std::vector<zen_expect>& expects, std::uint32_t ranks,

@@ -260,8 +260,10 @@ class basic_sparse_sync {
   std::uint64_t encode(Exec& exec, std::uint32_t p, std::uint8_t phase, std::uint64_t universe,
                        const typename engine::list& l, std::uint64_t at, std::uint64_t k,
                        typename engine::bytes& to, const wire::status& failure = {}, std::uint32_t culprit = 0) {
-    return engine_.encode(exec, frame(p, phase, universe, k, failure, culprit), l.position_data(at),
-                          l.value_data(at), to);
+    frames_.assign(1, frame(p, phase, universe, k, failure, culprit));
+    frame_at_.assign(1, at);
+    engine_.encode_all(exec, frames_, l, frame_at_, to, frame_sizes_);
+    return frame_sizes_[0];
   }
 
   // Step 3: validate every received part, then sum them in rank order; a bad one is reported
@@ -277,7 +279,7 @@ class basic_sparse_sync {
     engine_.check_all(exec, recv_, expects_, static_cast<std::uint32_t>(ranks_), views_, verdicts_of_);
     for (std::uint32_t r = 0; r < static_cast<std::uint32_t>(ranks_); ++r) note_failure(verdicts_of_[r], r, failure_kind::part);
     if (failure_.ok()) {
-      engine_.sum(exec, views_, views_.size(), m);
+      engine_.sum(exec, views_, m);
       engine_.compact(exec, m, reduced_);
     } else {
       engine::assign(exec, reduced_, {}, {});
@@ -336,7 +338,7 @@ class basic_sparse_sync {
   void apply_whole(communicator& comm, Exec& exec, span<float> out, float alpha) {
     check_gathered(exec, 2, failure_kind::payload);
     agree(comm);
-    engine_.sum(exec, views_, views_.size(), n_);
+    engine_.sum(exec, views_, n_);
     traffic_.union_entries = engine_.apply_sums(exec, out, alpha);
   }
 
@@ -478,7 +480,8 @@ class basic_sparse_sync {
   std::vector<std::uint64_t> verdicts_;
   std::vector<typename engine::view> views_, stage_view_;
   std::vector<detail::zen_expect> expects_;
-  std::vector<detail::zen_part> frames_;
+  std::vector<detail::zen_part> frames_;  // the payloads being encoded
+  std::vector<std::uint64_t> frame_at_, frame_sizes_;
   std::vector<wire::status> verdicts_of_;  // check_all's, one per payload
   sparse_sync_traffic traffic_;
 };

@@ -425,24 +425,9 @@ struct zen_engine<cuda> {
     for (std::uint32_t p = 0; p < parts_; ++p) first[p + 1] += first[p];
   }
 
-  /// Appends the payload of frame z (all but its encoding and index bytes, which this fills)
-  /// with z.k entries at positions/values (device memory) to `to`; returns its size.
-  std::uint64_t encode(cuda& exec, zen_part z, const std::uint64_t* positions, const float* values, bytes& to) {
-    using encoder = gradzip::detail::index_encoder<cuda>;
-    workspace_.resize(exec, encoder::workspace_bytes(exec, z.k));
-    z.index_bytes = encoder::plan<encode::automatic>(exec, positions, z.k, z.members, workspace_.data(), z.encoding);
-    const wire::payload_layout l = z.layout();
-    const std::size_t at = to.size();
-    to.resize(exec, at + static_cast<std::size_t>(l.total_bytes()));
-    auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
-    gradzip::detail::launch(gradzip::detail::zen_device::write_frame_kernel<>, 1, 1, 0, exec.stream(), base, z);
-    encoder::encode(exec, z.encoding, positions, z.k, z.members, workspace_.data(), base + l.at(1).offset);
-    copy(exec, reinterpret_cast<float*>(base + l.at(2).offset), values, z.k);
-    return l.total_bytes();
-  }
-
-  /// encode for every frame, frames[p]'s entries at l[first[p] ..), with one synchronization
-  /// for all the delta-varint measurements (each part its own workspace): sizes[p] <- its size.
+  /// Appends the payload of each frame (all but its encoding and index bytes, which this fills)
+  /// with frames[p].k entries at l[first[p] ..) to `to`, sizes[p] <- its size: every
+  /// delta-varint measurement first, each part in its own workspace, then one synchronization.
   void encode_all(cuda& exec, std::vector<zen_part>& frames, const list& l, const std::vector<std::uint64_t>& first,
                   bytes& to, std::vector<std::uint64_t>& sizes) {
     using encoder = gradzip::detail::index_encoder<cuda>;
@@ -559,12 +544,11 @@ struct zen_engine<cuda> {
     }
   }
 
-  /// sums[i] <- the sum from zero, in view order, of views[0 .. count)'s values at i (i below
+  /// sums[i] <- the sum from zero, in view order, of the views' values at i (i below
   /// `universe`), and touched[i] <- whether any of them has i. The views are validated.
-  void sum(cuda& exec, const std::vector<view>& views, std::size_t count, std::uint64_t universe) {
+  void sum(cuda& exec, const std::vector<view>& views, std::uint64_t universe) {
     clear_sums(exec, universe);
-    for (std::size_t r = 0; r < count; ++r) {
-      const view& v = views[r];
+    for (const view& v : views) {
       if (v.frame.k == 0) continue;
       gradzip::detail::launch_over<policy>(exec, v.frame.k, gradzip::detail::zen_device::sum_kernel<>,
                                            v.positions.data(), v.values, v.frame.k, sums_.data(), touched_.data());
@@ -581,10 +565,10 @@ struct zen_engine<cuda> {
       to.resize(exec, 0);
       return;
     }
-    // The touched flags and their offsets are 32-bit: on this executor a universe (n for the
-    // allgather and the hierarchy, |I_p| for Balanced Parallelism) stays below 2^32.
-    GRADZIP_EXPECTS(universe < (std::uint64_t{1} << 32), "sparse_sync (cuda): a universe of ", universe,
-                    " indices; this executor sums over fewer than 2^32");
+    // run checks the schemes' universes before any communication; this guards sum_nonzeros'
+    // compaction over its dense input.
+    GRADZIP_EXPECTS(universe <= max_universe, "sparse_sync (cuda): a universe of ", universe,
+                    " indices; this executor sums over at most ", max_universe);
     std::size_t scan_bytes = 0;
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<const std::uint32_t*>(nullptr),
                                                    static_cast<std::uint32_t*>(nullptr), universe, exec.stream()));

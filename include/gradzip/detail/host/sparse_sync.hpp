@@ -95,23 +95,8 @@ struct zen_engine<host> {
     }
   }
 
-  /// Appends the payload of frame z (all but its encoding and index bytes, which this fills)
-  /// with z.k entries at positions/values to `to`; returns its size.
-  std::uint64_t encode(host& exec, zen_part z, const std::uint64_t* positions, const float* values, bytes& to) {
-    using encoder = gradzip::detail::index_encoder<host>;
-    workspace_.resize(encoder::workspace_bytes(exec, z.k));
-    z.index_bytes = encoder::plan<encode::automatic>(exec, positions, z.k, z.members, workspace_.data(), z.encoding);
-    const wire::payload_layout l = z.layout();
-    const std::size_t at = to.size();
-    to.resize(at + static_cast<std::size_t>(l.total_bytes()));
-    auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
-    z.write_frame(base);
-    encoder::encode(exec, z.encoding, positions, z.k, z.members, workspace_.data(), base + l.at(1).offset);
-    if (z.k != 0) std::memcpy(base + l.at(2).offset, values, z.k * sizeof(float));
-    return l.total_bytes();
-  }
-
-  /// encode for each frame in turn, frames[p]'s entries at l[first[p] ..): sizes[p] <- its size.
+  /// Appends the payload of each frame (all but its encoding and index bytes, which this fills)
+  /// with frames[p].k entries at l[first[p] ..) to `to`, sizes[p] <- its size.
   void encode_all(host& exec, std::vector<zen_part>& frames, const list& l, const std::vector<std::uint64_t>& first,
                   bytes& to, std::vector<std::uint64_t>& sizes) {
     sizes.resize(frames.size());
@@ -133,14 +118,14 @@ struct zen_engine<host> {
     }
   }
 
-  /// sums[i] <- the sum from zero, in view order, of views[0 .. count)'s values at i (i below
+  /// sums[i] <- the sum from zero, in view order, of the views' values at i (i below
   /// `universe`), and touched[i] <- whether any of them has i. The views are validated.
-  void sum(host&, const std::vector<view>& views, std::size_t count, std::uint64_t universe) {
+  void sum(host&, const std::vector<view>& views, std::uint64_t universe) {
     sums_.assign(static_cast<std::size_t>(universe), 0.0f);
     touched_.assign(static_cast<std::size_t>(universe), 0);
-    for (std::size_t r = 0; r < count; ++r) {
-      (void)for_each_position(views[r], [&](std::uint64_t j, std::uint64_t i) {
-        sums_[i] += zen_value(views[r], j);
+    for (const view& v : views) {
+      (void)for_each_position(v, [&](std::uint64_t j, std::uint64_t i) {
+        sums_[i] += zen_value(v, j);
         touched_[i] = 1;
       });
     }
@@ -237,6 +222,21 @@ struct zen_engine<host> {
   }
 
  private:
+  /// One frame's payload appended to `to`; returns its size.
+  std::uint64_t encode(host& exec, zen_part z, const std::uint64_t* positions, const float* values, bytes& to) {
+    using encoder = gradzip::detail::index_encoder<host>;
+    workspace_.resize(encoder::workspace_bytes(exec, z.k));
+    z.index_bytes = encoder::plan<encode::automatic>(exec, positions, z.k, z.members, workspace_.data(), z.encoding);
+    const wire::payload_layout l = z.layout();
+    const std::size_t at = to.size();
+    to.resize(at + static_cast<std::size_t>(l.total_bytes()));
+    auto* base = reinterpret_cast<std::uint8_t*>(to.data() + at);
+    z.write_frame(base);
+    encoder::encode(exec, z.encoding, positions, z.k, z.members, workspace_.data(), base + l.at(1).offset);
+    if (z.k != 0) std::memcpy(base + l.at(2).offset, values, z.k * sizeof(float));
+    return l.total_bytes();
+  }
+
   std::vector<std::uint32_t> part_;
   std::vector<std::uint64_t> next_;
   std::vector<std::byte> workspace_;

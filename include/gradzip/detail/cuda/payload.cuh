@@ -259,17 +259,23 @@ void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wi
 
 // Bitmap indices: bits per word (and bits past n, which fail), a device scan of the counts,
 // a check of the total against the count, then one thread per word accumulates its elements.
+// Every count is written, 0 when the payload has failed or (automatic indices) is no bitmap:
+// the scan that follows reads them all, and must not read scratch nothing wrote
+// (compute-sanitizer's initcheck found that on the first H100 run).
 template <class = void>
 __global__ __launch_bounds__(decode_policy::threads)
 void bitmap_count_kernel(const payload_view* view, std::uint64_t out_size, std::uint64_t* counts, wire::status* st) {
-  if (!decoding_ok(st)) return;
-  const payload_view v = *view;
-  if (v.index_encoding != encode::bitmap::id) return;
+  const bool bitmap = decoding_ok(st) && view->index_encoding == encode::bitmap::id;
+  const std::uint8_t* indices = bitmap ? view->indices : nullptr;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < words;
        w += stride) {
-    const wire::status s = encode::bitmap::count_bits(v.indices, out_size, w, w + 1, counts[w]);
+    if (!bitmap) {
+      counts[w] = 0;
+      continue;
+    }
+    const wire::status s = encode::bitmap::count_bits(indices, out_size, w, w + 1, counts[w]);
     if (!s.ok()) record_failure(st, s);
   }
 }

@@ -88,11 +88,21 @@ double time_events(benchmark::State& state, cudaStream_t stream, std::size_t inp
   return median;
 }
 
+/// The first n elements of the synthetic gradient (seed 2024). Element i depends on i alone, so
+/// one generation at the largest size asked for so far serves every smaller one: generating 2^28
+/// elements takes seconds, which a run of every benchmark at that size would pay each time.
+inline const std::vector<float>& synthetic_prefix(std::size_t n) {
+  static std::vector<float> g;
+  if (g.size() < n) g = gradzip_tools::synthetic_gradient<float>(n, 2024);
+  return g;
+}
+
 template <class T>
 T* upload_gradient(std::size_t n) {
-  const auto g = gradzip_tools::synthetic_gradient<float>(n, 2024);
+  const auto& g = synthetic_prefix(n);
   std::vector<T> h(n);
-  for (std::size_t i = 0; i < n; ++i) h[i] = gradzip::from_double<T>(g[i]);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) h[i] = gradzip::from_double<T>(g[i]);
   T* d = nullptr;
   GRADZIP_CUDA_TRY(cudaMalloc(&d, n * sizeof(T)));
   GRADZIP_CUDA_TRY(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));

@@ -1,0 +1,100 @@
+#!/bin/bash
+# gradzip's GPU checks from prebuilt binaries, for a lent GPU machine with little time: the device
+# tests (what `ctest -L gpu` runs), the NCCL smoke test, the CUDA quick start, PyTorch's peers
+# (benchmarks/peer_torch_cuda.py), then as asked gradzip_bench_cuda family by family (each under
+# its own time limit, so one slow family cannot cost the others) and gradzip_calibrate_cuda
+# --quick, and the device tests under compute-sanitizer's memcheck, racecheck, synccheck and
+# initcheck.
+#
+#   tools/gpu_checks.sh BIN OUT SECONDS [bench] [sanitize] [family REGEX]...
+#
+# BIN holds the binaries (gradzip_device_tests, gradzip_nccl_tests, gradzip_quickstart_cuda,
+# gradzip_bench_cuda, gradzip_calibrate_cuda) and lib/ any shared library they need that the
+# machine lacks (libbenchmark). `family REGEX` benchmarks only those families. SECONDS bounds the
+# whole script: each step's own limit is cut to what is left of it, and the logs are packed into
+# OUT/results.tgz at the end (a lent machine returns only a few files). A summary is printed last.
+#
+# On the first H100 (2026-11-25) the device tests took 4 s, memcheck 9 s and synccheck 5 s, but
+# racecheck reached test case 38 of 42 in 150 s and initcheck 14: give those two a list of test
+# cases (Catch's -f FILE, one name per line; names with a comma cut there and ended with '*').
+set -u
+BIN=$(realpath "$1")
+OUT=$2
+DEADLINE=$((SECONDS + $3 - 15))
+shift 3
+BENCH= SANITIZE= FAMILIES=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    bench) BENCH=1 ;;
+    sanitize) SANITIZE=1 ;;
+    family) BENCH=1; FAMILIES+=("$2"); shift ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#FAMILIES[@]} -eq 0 ] && FAMILIES=('BM_cuda_(topk|sampled|threshold)' 'cuda_compress' 'cuda_decompress_add'
+  'BM_cuda_(count|fetchsgd|hashed|simhash|partition)' 'cuda_fusion' 'BM_cuda_sparse_sync')
+HERE=$(dirname "$(realpath "$0")")
+LOGS=$(mktemp -d)
+mkdir -p "$OUT"
+nccl=$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$BIN/lib${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, logs to OUT/NAME.log
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  [ $((DEADLINE - SECONDS)) -lt "$limit" ] && limit=$((DEADLINE - SECONDS))
+  if [ "$limit" -le 5 ]; then echo "$name: skipped, no time left" | tee -a "$OUT/steps.txt"; return; fi
+  timeout --signal=INT --kill-after=10 "$limit" stdbuf -oL -eL "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc in $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+  --format=csv | tee "$OUT/steps.txt"
+echo "libnccl: ${nccl:-none}" | tee -a "$OUT/steps.txt"
+
+step device_tests 150 "$BIN/gradzip_device_tests" --durations yes
+step nccl_tests 60 "$BIN/gradzip_nccl_tests" --durations yes
+step quickstart 30 "$BIN/gradzip_quickstart_cuda"
+step peer_torch 90 python3 "$HERE/../benchmarks/peer_torch_cuda.py" --out "$LOGS/peer_torch.json"
+if [ -n "$BENCH" ]; then
+  for family in "${FAMILIES[@]}"; do
+    name=bench_$(echo "$family" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/_$//; s/^bm_//')
+    step "$name" 120 "$BIN/gradzip_bench_cuda" --benchmark_filter="$family" \
+      --benchmark_out="$LOGS/$name.json" --benchmark_out_format=json
+  done
+  step calibrate 90 "$BIN/gradzip_calibrate_cuda" --quick --out "$LOGS/device_calibration.json"
+fi
+if [ -n "$SANITIZE" ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    step "$tool" 150 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BIN/gradzip_device_tests"
+  done
+fi
+
+echo "== steps"; cat "$OUT/steps.txt"
+echo "== device tests"; grep -B3 -A10 -E "FAILED|CUDA error|what\(\)" "$LOGS/device_tests.log" | head -80
+grep -E "^test cases|^assertions|GRADZIP_NO_GPU" "$LOGS/device_tests.log" | tail -3
+echo "== nccl tests"; tail -3 "$LOGS/nccl_tests.log"
+echo "== quickstart"; tail -5 "$LOGS/quickstart.log"
+grep -h "NaN bits differ" "$LOGS/device_tests.log"
+echo "== peers"; cat "$LOGS/peer_torch.log"
+if [ -n "$SANITIZE" ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    echo "== $tool"; grep -E "ERROR SUMMARY|^=+ (Invalid|Race|Barrier|Uninitialized|Error)|^test cases" "$LOGS/$tool.log" | sort | uniq -c | head -12
+  done
+fi
+echo "== bench (median us, input GB/s, fraction of the same-run copy: the benchmark's roofline counter)"
+python3 - "$LOGS" <<'EOF'
+import json, glob, sys
+for f in sorted(glob.glob(sys.argv[1] + "/bench_*.json")):
+    try:
+        runs = json.load(open(f))["benchmarks"]
+    except Exception as e:
+        print(f, "unreadable:", e); continue
+    for r in runs:
+        n = r["name"].split("/iterations")[0]
+        if not any(n.endswith("/" + str(1 << k)) for k in (20, 28)): continue
+        print(f"{n[-52:]:52s} {r.get('median_us', 0):10.1f} {r.get('input_GBps', 0):8.1f} {r.get('roofline', 0):6.2f}")
+EOF
+cp "$OUT/steps.txt" "$LOGS/" && tar czf "$OUT/results.tgz" -C "$LOGS" .

@@ -22,9 +22,8 @@
 // Backward times: twice each layer's forward FLOPs (model_profiles.hpp) for --samples samples
 // (images; BERT: sequences of 128 tokens) at --tflops. Host codec costs come from
 // gradzip_calibrate's file (without one, nothing is offloaded). Device codec costs come from
-// gradzip_calibrate_cuda's file (--device-calibration) where one exists; otherwise they are
-// *modeled* (see device_costs below: a fixed cost per call and the bytes each kernel moves at
-// an H100-class bandwidth), not measured.
+// gradzip_calibrate_cuda's file (--device-calibration) where one is given; otherwise from the
+// H100 calibration of 2026-11-25 (device_costs below).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -49,26 +48,28 @@ struct settings {
   double plan_gbps = 25, cost_gbps = 25;
 };
 
-/// Modeled device costs (not measured): alpha for the kernels a call launches and the header,
-/// beta the bytes the kernels move per input byte at the bandwidth they reach. Bandwidths follow
-/// the traffic reasoning of issue 16 for today's kernels: exact top-k reads its input 3 times
-/// and is instruction-bound near 1 TB/s; the stochastic quantizers near 0.9 TB/s; casts and
-/// decodes are memory-bound (2.5 TB/s of an H100's 3.35).
+/// Device costs measured on one H100 80GB HBM3 (2026-11-25, `gradzip_calibrate_cuda --quick`,
+/// benchmarks/results/h100-2026-11-25/device_calibration.json): alpha + beta x input bytes, fitted
+/// from 2^12 to 2^24 fp32 elements. alpha is mostly the call's launches and, for compress, the
+/// synchronization that returns the payload size; the top-k sparse_sync route is its own work
+/// less the compress (about 9 synchronizations a step). --device-calibration FILE replaces them.
 void device_costs(codec_cost& c) {
-  const double memory = 2.5e12;
-  if (c.name == "fp16" || c.name == "bf16") {
-    c.device_compress = {8e-6, 1.5 / memory};          // read 4, write 2 bytes per element
-    c.device_decompress_add = {6e-6, 2.5 / memory};    // read 2, read and write the fp32 sum
+  if (c.name == "fp16") {
+    c.device_compress = {12.79e-6, 1.590e-12};
+    c.device_decompress_add = {13.23e-6, 0.721e-12};
+  } else if (c.name == "bf16") {
+    c.device_compress = {12.39e-6, 1.593e-12};
+    c.device_decompress_add = {12.89e-6, 0.704e-12};
   } else if (c.name == "topk1") {
-    c.device_compress = {25e-6, 3.0 / 1.0e12};         // three reads, instruction-bound
-    c.device_decompress_add = {6e-6, 0.1 / memory};    // 1 % of the elements, scattered sectors
-    // The sparse_sync route's own work (docs/performance.md, Zen's sparse synchronization):
-    // about 8 host synchronizations and 40 launches a step; about 100 B per nonzero and
-    // 24 B per element of I_p, 1 B per gradient byte at 1 % and 8 ranks.
-    c.device_sparse_sync = {200e-6, 1.0 / memory};
-  } else if (c.name == "qsgd4" || c.name == "scaled_sign") {
-    c.device_compress = {10e-6, 2.13 / 0.9e12};        // the norm pass, then codes
-    c.device_decompress_add = {6e-6, 2.13 / memory};
+    c.device_compress = {43.79e-6, 3.409e-12};
+    c.device_decompress_add = {19.08e-6, 0.042e-12};
+    c.device_sparse_sync = {467.5e-6, 42.29e-12};
+  } else if (c.name == "qsgd4") {
+    c.device_compress = {14.54e-6, 1.978e-12};
+    c.device_decompress_add = {14.27e-6, 0.836e-12};
+  } else if (c.name == "scaled_sign") {
+    c.device_compress = {13.51e-6, 0.412e-12};
+    c.device_decompress_add = {13.31e-6, 0.722e-12};
   }
 }
 
@@ -262,7 +263,7 @@ int main(int argc, char** argv) try {
               "%d ranks; codec %s; device costs %s\n\n",
               s.model.c_str(), w.sizes.size(), 1e-6 * [&] { double n = 0; for (auto z : w.sizes) n += z; return n; }(),
               1e3 * w.forward_s, 1e3 * backward, s.samples, s.tflops, s.ranks, s.codec.c_str(),
-              s.cpu_only ? "the host's" : s.device_calibration.empty() ? "modeled" : "calibrated");
+              s.cpu_only ? "the host's" : s.device_calibration.empty() ? "the H100's of 2026-11-25" : "calibrated");
   std::printf("| link | fp32 (DDP buckets) | %s layer-wise | %s + Cupcake | Espresso plan | plan vs best baseline | the plan's choices |\n",
               s.codec.c_str(), s.codec.c_str());
   std::printf("|---|---|---|---|---|---|---|\n");

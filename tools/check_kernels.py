@@ -13,7 +13,9 @@
      --occupancy-exceptions (same format; the reason says what is pending).
 3. 128-bit loads: each kernel whose mangled name contains a substring listed in --vector-loads
    (same format) has a 16-byte global load (ld.global[.nc].v4 of 32-bit words or .v2 of 64-bit
-   ones) in its PTX, or in a device function it calls.
+   ones) in its PTX, or in a device function it calls. Likewise each kernel listed in
+   --vector-stores has a 16-byte global store (st.global.v4 / .v2 of 64-bit words), and each
+   listed in --wide-stores one of at least 8 bytes (fp8 runs: st.global.u64 or wider).
 2. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
    what a user's build gets) equals the PTX with --fmad=false. Where they differ, some a * b + c
    in device code was fused by the compiler's choice; such expressions must say which they want
@@ -21,7 +23,7 @@
 
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
                         [--allow-spills FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
-                        SOURCE.cu
+                        [--vector-stores FILE] [--wide-stores FILE] SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
 import argparse
@@ -41,6 +43,8 @@ BLOCKS_PER_SM = 32
 REGISTER_UNIT = 256
 MIN_OCCUPANCY = 0.5
 VECTOR_LOAD = re.compile(r"\bld\.global(?:\.nc)?(?:\.L\w+::\w+)*\.v(?:4\.(?:f32|b32|u32|s32)|2\.(?:f64|b64|u64|s64))\b")
+VECTOR_STORE = re.compile(r"\bst\.global(?:\.L\w+::\w+)*\.v(?:4\.(?:f32|b32|u32|s32)|2\.(?:f64|b64|u64|s64))\b")
+WIDE_STORE = re.compile(r"\bst\.global(?:\.L\w+::\w+)*\.(?:v4\.(?:f32|b32|u32|s32)|v2\.(?:f32|b32|u32|s32|f64|b64|u64|s64)|b64|u64|s64|f64)\b")
 
 
 def register_occupancy(regs, threads):
@@ -55,14 +59,14 @@ def calls(body):
     return set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", body))
 
 
-def has_vector_load(functions, name, seen=None):
-    """Whether function `name` or a function it calls (transitively) has a 16-byte global load."""
+def has_access(functions, name, pattern, seen=None):
+    """Whether function `name` or a function it calls (transitively) has an access matching pattern."""
     seen = set() if seen is None else seen
     if name in seen or name not in functions:
         return False
     seen.add(name)
     body = functions[name][2]
-    return bool(VECTOR_LOAD.search(body)) or any(has_vector_load(functions, c, seen) for c in calls(body))
+    return bool(pattern.search(body)) or any(has_access(functions, c, pattern, seen) for c in calls(body))
 
 
 def demangle(names):
@@ -208,6 +212,8 @@ def main():
     ap.add_argument("--allow-spills")
     ap.add_argument("--occupancy-exceptions")
     ap.add_argument("--vector-loads")
+    ap.add_argument("--vector-stores")
+    ap.add_argument("--wide-stores")
     ap.add_argument("--no-contraction-check", action="store_true")
     ap.add_argument("--namespace", default="gradzip::",
                     help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
@@ -243,7 +249,9 @@ def main():
         usage = {key: u for key, u in usage.items() if ours(key[1])}
         allowed = load_allowed(args.allow_spills)
         low_occupancy = load_allowed(args.occupancy_exceptions)
-        vector = load_allowed(args.vector_loads)
+        wide = [(VECTOR_LOAD, "16-byte global load", p, r) for p, r in load_allowed(args.vector_loads)]
+        wide += [(VECTOR_STORE, "16-byte global store", p, r) for p, r in load_allowed(args.vector_stores)]
+        wide += [(WIDE_STORE, "global store of 8 bytes or more", p, r) for p, r in load_allowed(args.wide_stores)]
         rows = []
         for (sm, mangled), u in sorted(usage.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             arch = sm[3:]
@@ -267,10 +275,9 @@ def main():
                 if next((r for p, r in low_occupancy if matches(p, mangled)), None) is None:
                     problems.append(f"{sm} {pretty}: {u['regs']} registers at {threads} threads per block leave "
                                     f"{occupancy:.0%} occupancy (< {MIN_OCCUPANCY:.0%})")
-            for p, reason in vector:
-                if matches(p, mangled):
-                    if not has_vector_load(ptx[arch], mangled):
-                        problems.append(f"{sm} {pretty}: no 16-byte global load ({reason})")
+            for pattern, what, p, reason in wide:
+                if matches(p, mangled) and not has_access(ptx[arch], mangled, pattern):
+                    problems.append(f"{sm} {pretty}: no {what} ({reason})")
             rows.append((sm, u["regs"], threads, occupancy, u["smem"], u["stack"], u["spill_stores"], pretty))
 
         if not args.no_contraction_check:
@@ -316,7 +323,7 @@ def main():
             print("  " + p)
         return 1
     print("\nall kernels fit their launch, nothing spills, occupancy >= 50 % (or excepted), "
-          "the listed kernels load 16 bytes, no implicit contraction")
+          "the listed kernels load (and store) 16 bytes, no implicit contraction")
     return 0
 
 

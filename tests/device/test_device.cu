@@ -518,6 +518,14 @@ TEST_CASE("cuda compress and decompress_add allocate nothing after reserve", "[g
       gz::sparsify::sampled_topk::ratio(0.3)});
 }
 
+namespace {
+
+/// A stage derived from a built-in cast (as benchmarks/cuda_quantize.cu's `seeded` is): the
+/// dense emit packs its codes like the cast's.
+struct derived_fp8 : gz::quantize::cast_fp8_e5m2 {};
+
+}  // namespace
+
 TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
@@ -533,6 +541,7 @@ TEST_CASE("cuda dense and cast codecs equal the host's bytes and decode alike", 
     check_parity(g, dense_bf16{}, dev);
     check_parity(g, dense_raw{}, dev);
     check_parity(converted<double>(g), dense_raw{}, dev);
+    check_parity(converted<__half>(g), gz::codec<gz::sparsify::none, derived_fp8, gz::encode::none>{}, dev);
     check_parity(converted<__half>(g), dense_bf16{}, dev);
     check_parity(g, topk_fp16{gz::sparsify::topk::ratio(0.01)}, dev);
     check_parity(converted<__nv_bfloat16>(g), dense_fp16{}, dev);

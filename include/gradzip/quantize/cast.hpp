@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "gradzip/detail/values.hpp"
 #include "gradzip/quantize/float_formats.hpp"
@@ -75,18 +76,30 @@ struct cast {
     }
   }
 
+  /// A value's code on the wire: its fp8 byte, or its fp16 / bf16 bits.
+  using code_type = std::conditional_t<is_fp8, std::uint8_t, std::uint16_t>;
+
+  template <class T>
+  GRADZIP_HOST_DEVICE static code_type code(T value) {
+    const float f = static_cast<float>(to_float(value));
+    if constexpr (Format == cast_format::fp8_e4m3) {
+      return float_to_e4m3_bits(f);
+    } else if constexpr (Format == cast_format::fp8_e5m2) {
+      return float_to_e5m2_bits(f);
+    } else if constexpr (Format == cast_format::f16) {
+      return float_to_half_bits(f);
+    } else {
+      return float_to_bf16_bits(f);
+    }
+  }
+
   template <class T>
   GRADZIP_HOST_DEVICE static void store(std::uint8_t* section, std::uint64_t pos, T value) {
-    const float f = static_cast<float>(to_float(value));
-    if constexpr (is_fp8) {
-      section[pos] = Format == cast_format::fp8_e4m3 ? float_to_e4m3_bits(f) : float_to_e5m2_bits(f);
+    const code_type bits = code(value);
+    if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned: typed stores
+      reinterpret_cast<code_type*>(section)[pos] = bits;
     } else {
-      const std::uint16_t bits = Format == cast_format::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
-      if (GRADZIP_DEVICE_CODE()) {  // device payloads are 16-byte aligned: typed stores
-        reinterpret_cast<std::uint16_t*>(section)[pos] = bits;
-      } else {
-        std::memcpy(section + pos * 2, &bits, 2);
-      }
+      std::memcpy(section + pos * sizeof(code_type), &bits, sizeof(code_type));
     }
   }
 

@@ -60,7 +60,9 @@ GRADZIP_HOST_DEVICE inline double load_value(const std::uint8_t* values, element
 }
 
 /// Calls f(std::integral_constant<element_type, type>{}), so that loops inside f see the element
-/// type as a constant and switch on it once, not per element.
+/// type as a constant and switch on it once, not per element. f may be host-only (the host
+/// decoder's lambdas): the check is off, or nvcc warns for every such instantiation.
+GRADZIP_EXEC_CHECK_DISABLE
 template <class F>
 GRADZIP_HOST_DEVICE decltype(auto) with_element_type(element_type type, F&& f) {
   switch (type) {

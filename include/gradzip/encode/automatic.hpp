@@ -77,9 +77,6 @@ struct automatic {
   }
 };
 
-/// Picks the concrete encoding compress writes (`Indices`' own, or automatic's choice) and
-/// returns its section size; `measure_delta()` gives delta-varint's size, and is called only
-/// when delta-varint may be written.
 /// automatic's section: its encoding and size, given delta-varint's measured size (`delta`,
 /// read only when delta_may_win).
 inline std::uint64_t automatic_section(std::uint64_t k, std::uint64_t n, std::uint64_t delta, std::uint8_t& encoding) {
@@ -87,6 +84,9 @@ inline std::uint64_t automatic_section(std::uint64_t k, std::uint64_t n, std::ui
   return encoding == delta_varint::id ? delta : automatic::max_section_bytes(k, n);
 }
 
+/// Picks the concrete encoding compress writes (`Indices`' own, or automatic's choice) and
+/// returns its section size; `measure_delta()` gives delta-varint's size, and is called only
+/// when delta-varint may be written.
 template <class Indices, class MeasureDelta>
 std::uint64_t plan_section(std::uint64_t k, std::uint64_t n, MeasureDelta measure_delta, std::uint8_t& encoding) {
   if constexpr (Indices::id == automatic::id) {

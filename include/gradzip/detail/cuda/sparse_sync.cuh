@@ -439,20 +439,23 @@ struct zen_engine<cuda> {
     workspace_.resize(exec, workspace_at_[count]);
     totals_.reserve(count * sizeof(std::uint64_t));
     auto* totals = reinterpret_cast<std::uint64_t*>(totals_.data());
-    measured_.assign(count, 0);
+    const auto measured = [&](std::size_t p) {
+      return encode::automatic::delta_may_win(frames[p].k, frames[p].members);
+    };
+    bool any = false;
     for (std::size_t p = 0; p < count; ++p) {
-      if (encode::automatic::delta_may_win(frames[p].k, frames[p].members)) {
+      if (measured(p)) {
         encoder::queue_delta_measure(exec, l.position_data(first[p]), frames[p].k, frames[p].members,
                                      workspace_.data() + workspace_at_[p], totals + p);
-        measured_[p] = 1;
+        any = true;
       }
     }
-    if (std::find(measured_.begin(), measured_.end(), 1) != measured_.end()) exec.synchronize();
+    if (any) exec.synchronize();
     sizes.resize(count);
     std::uint64_t bytes_total = 0;
     for (std::size_t p = 0; p < count; ++p) {
       zen_part& z = frames[p];
-      const std::uint64_t delta = measured_[p] != 0 ? encode::delta_varint::data_at(z.k) + totals[p] : 0;
+      const std::uint64_t delta = measured(p) ? encode::delta_varint::data_at(z.k) + totals[p] : 0;
       z.index_bytes = encode::automatic_section(z.k, z.members, delta, z.encoding);
       sizes[p] = z.layout().total_bytes();
       bytes_total += sizes[p];
@@ -772,7 +775,6 @@ struct zen_engine<cuda> {
   growable<std::uint64_t> counts_;
   gradzip::detail::zen_device::pinned_bytes prefix_, totals_;
   std::vector<std::uint64_t> workspace_at_;
-  std::vector<std::uint8_t> measured_;
   std::vector<std::uint8_t> whole_, pending_;
   std::vector<const std::uint8_t*> indices_;
   std::vector<std::uint64_t> word_offset_;

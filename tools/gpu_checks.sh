@@ -12,7 +12,8 @@
 # gradzip_bench_cuda, gradzip_calibrate_cuda) and lib/ any shared library they need that the
 # machine lacks (libbenchmark). `family REGEX` benchmarks only those families. SECONDS bounds the
 # whole script: each step's own limit is cut to what is left of it, and the logs are packed into
-# OUT/results.tgz at the end (a lent machine returns only a few files). A summary is printed last.
+# OUT/results.tgz at the end (a lent machine returns only a few files). A summary is printed last,
+# the benchmarks' by tools/gpu_tables.py.
 #
 # On the first H100 (2026-11-25) the device tests took 4 s, memcheck 9 s and synccheck 5 s, but
 # racecheck reached test case 38 of 42 in 150 s and initcheck 14: those two run case by case.
@@ -98,17 +99,5 @@ if [ -n "$SANITIZE" ]; then
     [ -f "$LOGS/${tool}_cases.txt" ] && grep -v '^rc=0 ' "$LOGS/${tool}_cases.txt" | head -12
   done
 fi
-echo "== bench (median us, input GB/s, fraction of the same-run copy: the benchmark's roofline counter)"
-python3 - "$LOGS" <<'EOF'
-import json, glob, sys
-for f in sorted(glob.glob(sys.argv[1] + "/bench_*.json")):
-    try:
-        runs = json.load(open(f))["benchmarks"]
-    except Exception as e:
-        print(f, "unreadable:", e); continue
-    for r in runs:
-        n = r["name"].split("/iterations")[0]
-        if not any(n.endswith("/" + str(1 << k)) for k in (20, 28)): continue
-        print(f"{n[-52:]:52s} {r.get('median_us', 0):10.1f} {r.get('input_GBps', 0):8.1f} {r.get('roofline', 0):6.2f}")
-EOF
+echo "== bench"; python3 "$HERE/gpu_tables.py" "$LOGS"
 cp "$OUT/steps.txt" "$LOGS/" && tar czf "$OUT/results.tgz" -C "$LOGS" .

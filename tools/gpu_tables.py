@@ -41,7 +41,10 @@ def table(runs, prefixes, sizes=(1 << 20, 1 << 24, 1 << 28)):
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name in names:
         cells = [f"{runs[f'{name}/{n}']['median_us']:.1f}" if f"{name}/{n}" in runs else "" for n in sizes]
-        last = runs[f"{name}/{sizes[-1]}"]
+        last = runs.get(f"{name}/{sizes[-1]}")
+        if last is None:  # a run cut short
+            lines.append(f"| {name} | " + " | ".join(cells) + " | - | - | - |")
+            continue
         io = last.get("total_IO_GBps")
         lines.append(f"| {name} | " + " | ".join(cells) +
                      f" | {last['input_GBps']:.0f} | {f'{io:.0f}' if io else '-'} | {last['roofline']:.2f} |")

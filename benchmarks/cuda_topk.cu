@@ -80,7 +80,8 @@ void BM_cuda_sampled_topk_async(benchmark::State& state) {
 
 /// tau cutting at about the top 1 % of the synthetic gradient (its magnitudes' 99th percentile).
 double one_percent_tau(std::size_t n) {
-  std::vector<float> g(synthetic_prefix(n).begin(), synthetic_prefix(n).begin() + static_cast<std::ptrdiff_t>(n));
+  const std::vector<float>& all = synthetic_prefix(n);
+  std::vector<float> g(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
   for (auto& v : g) v = std::abs(v);
   std::nth_element(g.begin(), g.begin() + n / 100, g.end(), std::greater<>());
   return g[n / 100];

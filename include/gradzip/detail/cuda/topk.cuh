@@ -406,9 +406,9 @@ __device__ inline void store_codes(std::uint8_t* section, const run_of_8& r, con
 }
 
 /// A dense run into a payload's values section. Casts (and stages derived from them, as the
-/// host's fast path takes them) and raw values write the run packed; one store per element made fp16 compress 3x slower than torch's
-/// `.half()` on an H100 (docs/performance.md: each warp store wrote 2 bytes at a 16-byte
-/// stride). Other stages store each value.
+/// host's fast path takes them) and raw values write the run packed; one store per element
+/// made fp16 compress 3x slower than torch's `.half()` on an H100 (docs/performance.md: each
+/// warp store wrote 2 bytes at a 16-byte stride). Other stages store each value.
 template <class Sink, class T>
 __device__ inline void emit_run(const Sink& sink, const run_of_8& r, const T (&v)[8]) {
   emit_each(sink, r, v);
@@ -420,7 +420,7 @@ __device__ inline void emit_run(const payload_sink<T, Values, encode::none>& sin
   constexpr int format = cast_format_of<Values>;
   if constexpr (format != 0) {
     store_codes<quantize::cast<static_cast<quantize::cast_format>(format)>>(sink.values, r, v);
-  } else if constexpr (std::is_same_v<Values, quantize::none>) {  // exactly: a derived stage may store otherwise
+  } else if constexpr (std::is_same_v<Values, quantize::none>) {  // a derived stage may store otherwise
     store_run(reinterpret_cast<T*>(sink.values), r.first, r.valid, v);
   } else {
     emit_each(sink, r, v);

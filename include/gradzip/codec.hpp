@@ -244,20 +244,27 @@ class codec {
   }
 
   /**
-   * accum <- accum + alpha * (the sum of every payload's decode), host executor: all payloads
-   * are validated before any is applied (a bad one throws format_error naming its position),
-   * and dense payloads are accumulated in one pass over `accum`. What a gather-based allreduce
-   * does with its peers' payloads (comm::allreducer).
+   * accum <- accum + alpha * (the sum of every payload's decode), every payload validated
+   * before any is applied. What a gather-based allreduce does with its peers' payloads
+   * (comm::allreducer). Host: a bad payload throws format_error naming its position, and dense
+   * payloads are accumulated in one pass over `accum`. CUDA: the payloads are added one after
+   * another (each addition rounded, as decompress_add rounds it), and a failure reaches
+   * `exec.check()`; either way `accum` is then unchanged.
    */
   template <class Exec, class T>
   void decompress_add_all(Exec& exec, span<const span<const std::byte>> payloads, span<T> accum,
                           float alpha = 1.0f) const {
-    static_assert(std::is_same_v<Exec, host>, "decompress_add_all: host executor only (CUDA: decompress_add each)");
-    std::size_t bad = 0;
-    try {
-      detail::payload_backend<Exec>::decode_all(exec, *this, payloads, accum, alpha, false, bad);
-    } catch (const format_error& e) {
-      throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
+    if constexpr (std::is_same_v<Exec, host>) {
+      std::size_t bad = 0;
+      try {
+        detail::payload_backend<Exec>::decode_all(exec, *this, payloads, accum, alpha, false, bad);
+      } catch (const format_error& e) {
+        throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
+      }
+    } else {
+      // Every check first: a failure in the status word makes each later apply kernel skip.
+      for (const auto& p : payloads) detail::payload_backend<Exec>::check(exec, *this, p, accum.size());
+      for (const auto& p : payloads) detail::payload_backend<Exec>::decode(exec, *this, p, accum, alpha, false);
     }
   }
 

@@ -19,85 +19,12 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "common/thread_communicator.hpp"
+#include "device/device_helpers.cuh"
 #include "gradzip/gradzip.cuh"
 
 namespace gz = gradzip;
 
 namespace {
-
-bool has_gpu() {
-  int count = 0;  // cudaGetDeviceCount leaves it unset when no driver is present
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
-
-#define REQUIRE_GPU()         \
-  if (!has_gpu()) {           \
-    WARN("GRADZIP_NO_GPU");   \
-    return;                   \
-  }
-
-template <class T>
-std::string bits_of(const T& x) {
-  std::uint64_t word = 0;
-  std::memcpy(&word, &x, sizeof(T));
-  std::ostringstream s;
-  s << "0x" << std::hex << std::setw(2 * sizeof(T)) << std::setfill('0') << word << std::dec << " ("
-    << static_cast<double>(gz::to_float(x)) << ")";
-  return s.str();
-}
-
-/**
- * "" when the device's outputs are the host's bit for bit, NaNs aside; else the first difference.
- * A NaN must meet a NaN, whatever its bits: an x86 operation keeps a NaN operand's payload and
- * makes a NaN of its own for an invalid one such as inf * 0, where a GPU returns its canonical
- * NaN. The first H100 run (2026-11-25) failed on this alone, decoding buckets whose scale is not
- * finite: the device wrote 0x7fffffff (fp32) and 0x7fffffffe0000000 (fp64) where the host wrote
- * 0x7fc00000 and 0x7ff8000000000000. The first NaN that differs is printed to stderr.
- */
-template <class T>
-std::string output_difference(const T* got, const T* want, std::size_t n) {
-  const auto nan = [](const T& x) { return std::isnan(static_cast<double>(gz::to_float(x))); };
-  std::size_t count = 0, first = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (std::memcmp(got + i, want + i, sizeof(T)) == 0) continue;
-    if (nan(got[i]) && nan(want[i])) {
-      static bool told = false;  // once per run, for the log: which NaNs the two executors make
-      if (!told) std::fprintf(stderr, "NaN bits differ: device %s, host %s\n", bits_of(got[i]).c_str(), bits_of(want[i]).c_str());
-      told = true;
-      continue;
-    }
-    if (count++ == 0) first = i;
-  }
-  if (count == 0) return {};
-  std::ostringstream s;
-  s << count << " of " << n << " outputs differ; the first, [" << first << "]: device " << bits_of(got[first])
-    << ", host " << bits_of(want[first]);
-  return s.str();
-}
-
-template <class T>
-struct device_vector {
-  T* data = nullptr;
-  std::size_t size = 0;
-  explicit device_vector(std::size_t n) : size(n) {
-    GRADZIP_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T) + 16));
-  }
-  explicit device_vector(const std::vector<T>& h) : device_vector(h.size()) {
-    GRADZIP_CUDA_TRY(cudaMemcpy(data, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~device_vector() { cudaFree(data); }
-  /// The first `count` elements (all of them by default).
-  std::vector<T> download(std::size_t count = static_cast<std::size_t>(-1)) const {
-    std::vector<T> h(std::min(count, size));
-    GRADZIP_CUDA_TRY(cudaMemcpy(h.data(), data, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  gz::span<T> view() const { return gz::span<T>(data, size); }
-};
 
 template <class Codec, class T>
 std::vector<std::byte> device_compress(const Codec& c, gz::cuda& exec, const std::vector<T>& x) {
@@ -328,6 +255,44 @@ TEST_CASE("cuda decoding rejects bad payloads and changes nothing", "[gpu]") {
   c.decompress_add(dev, gz::span<const std::byte>(dp.data, good.size() - 16), acc.view());
   CHECK_THROWS_AS(dev.check(), gz::format_error);
   dev.check();  // the error was cleared
+}
+
+TEST_CASE("cuda decompress_add_all checks every payload first, then adds them in order", "[gpu]") {
+  REQUIRE_GPU();
+  gz::host host;
+  gz::cuda dev;
+  const gz::codec<gz::sparsify::topk, gz::quantize::qsgd<7>> c{gz::sparsify::topk::ratio(0.1), gz::quantize::qsgd<7>{1}};
+  const std::size_t n = 700;
+  std::vector<std::vector<std::byte>> payloads;
+  for (std::uint64_t r = 0; r < 3; ++r) payloads.push_back(test::compress(c, host, gradzip_tools::synthetic_gradient<float>(n, r), {0, r}));
+  std::vector<device_vector<std::byte>> dp;
+  std::vector<gz::span<const std::byte>> views;
+  for (const auto& p : payloads) {
+    dp.emplace_back(p);
+    views.emplace_back(dp.back().data, p.size());
+  }
+  const std::vector<float> start = gradzip_tools::synthetic_gradient<float>(n, 9);
+  std::vector<float> want = start;  // payload by payload, each addition rounded
+  for (const auto& p : payloads) c.decompress_add(host, gz::span<const std::byte>(p), gz::span<float>(want), 0.5f);
+  device_vector<float> acc(start);
+  c.decompress_add_all(dev, gz::span<const gz::span<const std::byte>>(views), acc.view(), 0.5f);
+  dev.check();
+  std::vector<float> got = acc.download();
+  CHECK(output_difference(got.data(), want.data(), n) == "");
+  // The last payload bad: the first two must not have been added.
+  auto bad = payloads[2];
+  bad[0] = std::byte{'X'};
+  device_vector<std::byte> dbad(bad);
+  views[2] = gz::span<const std::byte>(dbad.data, bad.size());
+  device_vector<float> untouched(start);
+  c.decompress_add_all(dev, gz::span<const gz::span<const std::byte>>(views), untouched.view(), 0.5f);
+  try {
+    dev.check();
+    FAIL("accepted a payload with a bad magic");
+  } catch (const gz::format_error& e) {
+    CHECK(e.code() == gz::wire::format_errc::bad_magic);
+  }
+  CHECK(untouched.download() == start);
 }
 
 /// Steps a host and a CUDA instance of one stateful wrapper (error feedback, momentum

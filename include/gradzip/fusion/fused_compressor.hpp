@@ -118,7 +118,7 @@ class fused_compressor {
   }
 
   /// Group g of `accum` += alpha * the sum of every payload (one per rank, say), all validated
-  /// before anything is written (host; see codec::decompress_add_all).
+  /// before anything is written (see codec::decompress_add_all: on CUDA, errors at check()).
   void decompress_add_all(Exec& exec, std::size_t g, span<const span<const std::byte>> payloads, span<T> accum,
                           float alpha = 1.0f) const {
     check_flat(accum.size(), "decompress_add_all");

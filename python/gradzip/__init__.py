@@ -1,7 +1,9 @@
-"""gradzip: gradient compression codecs for Python (host, float32), and a DDP communication hook.
+"""gradzip: gradient compression codecs for Python (float32), and a DDP communication hook.
 
 A codec turns a float32 tensor into one self-describing ``uint8`` payload and back, with the same
-bytes as gradzip's C++ ``codec<...>::compress`` on the host. Choose a codec with a spec string or
+bytes as gradzip's C++ ``codec<...>::compress``. CPU tensors run on the host executor; CUDA
+tensors (in a module built with CUDA: ``gradzip.Codec(...).cuda``) run on ``gradzip::cuda`` on
+torch's current stream, and the payload stays on the GPU. Choose a codec with a spec string or
 the small classes below::
 
     import torch, gradzip
@@ -317,10 +319,36 @@ def _as_payload(p: Any) -> Any:
     return p
 
 
-class Codec:
-    """A gradzip codec on the host (float32 tensors or arrays, any shape, contiguous).
+def _stream(x: Any) -> int:
+    """torch's current stream on x's CUDA device (as an integer), 0 for anything else: the stream
+    a CUDA call runs on, ordered after whatever torch queued there."""
+    if _is_torch(x) and x.is_cuda:
+        import torch
+        return torch.cuda.current_stream(x.device).cuda_stream
+    return 0
 
-    ``threads``: OpenMP threads per call (1 by default: DDP runs a process per core or per GPU).
+
+def _device_index(device: Any) -> int:
+    """-1 for the CPU, else the CUDA device's index ("cuda" alone: the current device)."""
+    if device is None:
+        return -1
+    import torch
+    d = torch.device(device)
+    if d.type == "cpu":
+        return -1
+    if d.type != "cuda":
+        raise ValueError(f"device must be a CPU or CUDA device, got {device!r}")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+class Codec:
+    """A gradzip codec on float32 tensors or arrays (any shape, contiguous).
+
+    CPU tensors and numpy arrays run on the host; CUDA tensors on their GPU, on torch's current
+    stream there (every array of a call on one device; see :attr:`cuda`). A CUDA decode checks the
+    payload on the GPU and then waits for its stream, so that a bad payload raises from the call.
+
+    ``threads``: OpenMP threads per host call (1 by default: DDP runs a process per core or per GPU).
     """
 
     def __init__(self, codec: SpecLike, threads: int = 1) -> None:
@@ -338,6 +366,11 @@ class Codec:
         return self._c.max_compressed_bytes(n)
 
     @property
+    def cuda(self) -> bool:
+        """Whether this module was built for CUDA tensors (``GRADZIP_PYTHON_CUDA``)."""
+        return self._c.cuda
+
+    @property
     def fixed_size(self) -> bool:
         """Whether every payload for n elements has exactly max_compressed_bytes(n) bytes."""
         return self._c.fixed_size
@@ -353,62 +386,82 @@ class Codec:
         """
         flat = _flat(tensor)
         out = _bytes_like(flat, self._c.max_compressed_bytes(flat.shape[0]))
-        return out[: self._c.compress(flat, out, step, tensor_id)]
+        return out[: self._c.compress(flat, out, step, tensor_id, _stream(flat))]
 
     def compress_into(self, tensor: Any, out: Any, step: int = 0, tensor_id: int = 0) -> int:
         """Writes the payload into ``out`` (max_compressed_bytes(n) bytes) and returns its size."""
-        return self._c.compress(_flat(tensor), out, step, tensor_id)
+        flat = _flat(tensor)
+        return self._c.compress(flat, out, step, tensor_id, _stream(flat))
 
     def decompress(self, payload: Any, out: Any) -> Any:
         """out <- decode(payload), every element written. Returns out."""
-        self._c.decompress(_as_payload(payload), out)
+        self._c.decompress(_as_payload(payload), out, _stream(out))
         return out
 
     def decompress_add(self, payload: Any, accum: Any, alpha: float = 1.0) -> Any:
         """accum <- accum + alpha * decode(payload); a bad payload changes nothing. Returns accum."""
-        self._c.decompress_add(_as_payload(payload), accum, alpha)
+        self._c.decompress_add(_as_payload(payload), accum, alpha, _stream(accum))
         return accum
 
     def decompress_all(self, payloads: Sequence[Any], out: Any) -> Any:
         """out <- the sum of every payload's decode; all are validated before out changes."""
-        self._c.decompress_all([_as_payload(p) for p in payloads], out)
+        self._c.decompress_all([_as_payload(p) for p in payloads], out, _stream(out))
         return out
 
     def decompress_add_all(self, payloads: Sequence[Any], accum: Any, alpha: float = 1.0) -> Any:
-        """accum <- accum + alpha * the sum of every payload's decode, all validated first."""
-        self._c.decompress_add_all([_as_payload(p) for p in payloads], accum, alpha)
+        """accum <- accum + alpha * the sum of every payload's decode, all validated first (CPU:
+        summed in one pass; CUDA: added payload by payload, each addition rounded)."""
+        self._c.decompress_add_all([_as_payload(p) for p in payloads], accum, alpha, _stream(accum))
         return accum
 
 
 class ErrorFeedback:
     """Error feedback (Seide et al. 2014; Karimireddy et al. 2019) for one tensor of n elements:
-    compresses g + e and keeps e <- g + e - decode(payload)."""
+    compresses g + e and keeps e <- g + e - decode(payload).
 
-    def __init__(self, codec: Union[Codec, SpecLike], n: int, threads: int = 1) -> None:
+    ``device``: where the residual e lives, the CPU (None) or a CUDA device (``"cuda:0"``); the
+    tensors given to :meth:`compress` must be there. A saved state restores on either.
+    """
+
+    def __init__(self, codec: Union[Codec, SpecLike], n: int, threads: int = 1, device: Any = None) -> None:
         self.codec = codec if isinstance(codec, Codec) else Codec(codec, threads)
-        self._f = _ErrorFeedback(self.codec._c, n, threads)
+        self._index = _device_index(device)
+        self._f = _ErrorFeedback(self.codec._c, n, threads, self._index, self._current_stream())
 
     @property
     def size(self) -> int:
         return self._f.size
 
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:i"``: where the residual lives."""
+        return "cpu" if self._f.device < 0 else f"cuda:{self._f.device}"
+
     def compress(self, tensor: Any, step: int = 0, tensor_id: int = 0) -> Any:
         flat = _flat(tensor)
         out = _bytes_like(flat, self._f.max_compressed_bytes())
-        return out[: self._f.compress(flat, out, step, tensor_id)]
+        return out[: self._f.compress(flat, out, step, tensor_id, _stream(flat))]
 
     def compress_into(self, tensor: Any, out: Any, step: int = 0, tensor_id: int = 0) -> int:
-        return self._f.compress(_flat(tensor), out, step, tensor_id)
+        flat = _flat(tensor)
+        return self._f.compress(flat, out, step, tensor_id, _stream(flat))
 
     def max_compressed_bytes(self) -> int:
         return self._f.max_compressed_bytes()
 
     def save(self) -> bytes:
-        """The residual, as a validated gradzip payload."""
-        return self._f.save()
+        """The residual, as a validated gradzip payload (host bytes wherever it lives)."""
+        return self._f.save(self._current_stream())
 
     def restore(self, state: bytes) -> None:
-        self._f.restore(bytes(state))
+        self._f.restore(bytes(state), self._current_stream())
+
+    def _current_stream(self) -> int:
+        """torch's current stream on the residual's device (0 for the CPU)."""
+        if self._index < 0:
+            return 0
+        import torch
+        return torch.cuda.current_stream(self._index).cuda_stream
 
 
 class PowerSGDCompressor:

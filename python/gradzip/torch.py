@@ -18,6 +18,11 @@
 ``powersgd_hook`` runs gradzip's PowerSGD (three allreduces a step, like PyTorch's
 ``powerSGD_hook``). The output is the average over ranks, as DDP expects.
 
+**Devices.** ``gradzip_hook`` takes float32 buckets on the CPU (Gloo) and, in a module built
+with CUDA (``gradzip.Codec(...).cuda``), on a GPU (NCCL): payloads, residuals and the collectives'
+buffers then stay on the bucket's device, and each codec call runs on torch's current stream
+there. ``powersgd_hook`` takes CPU buckets.
+
 **Collectives are issued from the hook, in bucket order,** never from a future's callback: with
 several buckets in flight, every rank then issues the same collectives in the same order.
 Callbacks only decode (codec calls hold a lock, so the autograd thread and Gloo's threads never
@@ -123,12 +128,14 @@ class _HookState:
         self.units: List[Unit] = []
         self._numbers: Dict[int, int] = {}  # id(parameter) -> number
 
-    def _begin(self, bucket: dist.GradBucket, name: str) -> Tuple[Any, int, int, _Bucket]:
+    def _begin(self, bucket: dist.GradBucket, name: str, cuda: bool) -> Tuple[Any, int, int, _Bucket]:
+        """``cuda``: whether this hook takes buckets on a GPU."""
         group = self.process_group if self.process_group is not None else dist.group.WORLD
         buf = bucket.buffer()
-        if buf.dtype != torch.float32 or buf.device.type != "cpu":
-            raise TypeError(f"{name}: bucket {bucket.index()} is {buf.dtype} on {buf.device}; this gradzip build "
-                            "compresses float32 CPU buckets (docs/pytorch.md)")
+        if buf.dtype != torch.float32 or buf.device.type not in (("cpu", "cuda") if cuda else ("cpu",)):
+            where = "float32 CPU and CUDA" if cuda else "float32 CPU"
+            raise TypeError(f"{name}: bucket {bucket.index()} is {buf.dtype} on {buf.device}; this hook with this "
+                            f"gradzip build compresses {where} buckets (docs/pytorch.md)")
         step = self.iter
         if bucket.index() == 0:
             self.counters.step_bytes = 0
@@ -217,9 +224,8 @@ class GradzipState(_HookState):
                              f"this state's is {self.codec.spec!r}")
         residuals = state["residuals"]
         for k, v in residuals.items():
-            if not (isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.dim() == 1 and
-                    v.device.type == "cpu"):
-                raise ValueError(f"GradzipState.load_state_dict: residual {k} is not a 1-D float32 CPU tensor")
+            if not (isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.dim() == 1):
+                raise ValueError(f"GradzipState.load_state_dict: residual {k} is not a 1-D float32 tensor")
         self._load_units(state.get("units", []))
         self.iter = int(state["iter"])
         self._residuals = {int(k): v.clone() for k, v in residuals.items()}
@@ -236,7 +242,8 @@ class GradzipState(_HookState):
             if r is not None and r.numel() != n:
                 raise ValueError(f"gradzip_hook: the residual of parameter {key} has {r.numel()} elements, "
                                  f"the parameter {n}: a checkpoint of another model?")
-            parts.append(r if r is not None else torch.zeros(n))
+            # A residual restored from a checkpoint moves to the bucket's device once.
+            parts.append(r.to(b.buf.device) if r is not None else torch.zeros(n, device=b.buf.device))
         return torch.cat(parts)
 
     def _keep_residual(self, unit: Unit, b: _Bucket, residual: torch.Tensor) -> None:
@@ -246,17 +253,17 @@ class GradzipState(_HookState):
             self._residuals[key] = residual[at:at + n]
             at += n
 
-    def _payload_buffer(self, unit: Unit, size: int) -> torch.Tensor:
+    def _payload_buffer(self, unit: Unit, size: int, device: torch.device) -> torch.Tensor:
         buf = self._payloads.get(unit)
-        if buf is None or buf.numel() < size:
-            buf = torch.empty(size, dtype=torch.uint8)
+        if buf is None or buf.numel() < size or buf.device != device:
+            buf = torch.empty(size, dtype=torch.uint8, device=device)
             self._payloads[unit] = buf
         return buf
 
 
 def _bad_rank(codec: Codec, payloads: List[torch.Tensor], n: int) -> str:
     """Which rank's payload fails validation on its own."""
-    scratch = torch.zeros(n, dtype=torch.float32)
+    scratch = torch.zeros(n, dtype=torch.float32, device=payloads[0].device)
     for r, p in enumerate(payloads):
         try:
             codec.decompress_add(p, scratch)
@@ -278,7 +285,8 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
     section = codec.summable_section(n)
     # A summed 16-bit payload could overflow where the average does not: compress x / world.
     inp = x.mul(1.0 / world) if section is not None else x
-    payload = state._payload_buffer(unit, codec.max_compressed_bytes(n))
+    device = x.device
+    payload = state._payload_buffer(unit, codec.max_compressed_bytes(n), device)
     size = codec.compress_into(inp, payload, step & 0xFFFFFFFF, unit[0])  # keyed by the unit: layout-free
     if state.error_feedback:
         sent = codec.decompress(payload[:size], torch.empty_like(x))
@@ -297,19 +305,19 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
         return dist.all_reduce(values, group=group, async_op=True).get_future().then(decode_sum)
 
     if codec.fixed_size:  # every rank's payload has `size` bytes: one all_gather
-        received = [torch.empty(size, dtype=torch.uint8) for _ in range(world)]
+        received = [torch.empty(size, dtype=torch.uint8, device=device) for _ in range(world)]
         sizes = [size] * world
         state.counters.add(size)
     else:  # the sizes first, waited for here, so that the payloads' all_gather is issued from the hook
-        announced = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
-        dist.all_gather(announced, torch.tensor([size], dtype=torch.int64), group=group)
+        announced = [torch.empty(1, dtype=torch.int64, device=device) for _ in range(world)]
+        dist.all_gather(announced, torch.tensor([size], dtype=torch.int64, device=device), group=group)
         sizes = [int(s.item()) for s in announced]
         bound = codec.max_compressed_bytes(n)
         for r, s in enumerate(sizes):
             if s > bound:
                 raise FormatError(f"gradzip_hook: unit {unit[0]}: rank {r} announced a {s}-byte payload, "
                                   f"the bound for {n} elements is {bound}")
-        received = [torch.empty(max(sizes), dtype=torch.uint8) for _ in range(world)]
+        received = [torch.empty(max(sizes), dtype=torch.uint8, device=device) for _ in range(world)]
         state.counters.add(8 + max(sizes))
     fut = dist.all_gather(received, payload[:received[0].numel()], group=group, async_op=True).get_future()
 
@@ -329,7 +337,7 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
 
 def gradzip_hook(state: GradzipState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: gradzip-compressed averaging of a bucket (see the module doc)."""
-    group, world, step, b = state._begin(bucket, "gradzip_hook")
+    group, world, step, b = state._begin(bucket, "gradzip_hook", cuda=state.codec.cuda)
     if step < state.start_iter:
         state.counters.add(4 * b.buf.numel())
         return _allreduce_average(group, world, b.buf)
@@ -340,7 +348,7 @@ def gradzip_hook(state: GradzipState, bucket: dist.GradBucket) -> torch.futures.
         if 4 * n < state.min_compression_rate * state.codec.max_compressed_bytes(n):
             futures.append(_allreduce_unit(state, unit, b, group, world))
             continue
-        out = b.buf[r[0]:r[0] + r[1]] if r is not None else torch.empty(n)
+        out = b.buf[r[0]:r[0] + r[1]] if r is not None else torch.empty(n, device=b.buf.device)
         futures.append(_compress_unit(state, unit, b, step, group, world, out))
     return _bucket_future(futures, b)
 
@@ -468,7 +476,7 @@ def _powersgd_unit(state: PowerSGDState, unit: Unit, b: _Bucket, step: int, grou
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: gradzip's PowerSGD on each unit (three allreduces: the tensors too
     small to compress, the P factors, the Q factors)."""
-    group, world, step, b = state._begin(bucket, "powersgd_hook")
+    group, world, step, b = state._begin(bucket, "powersgd_hook", cuda=False)
     if step < state.start_iter:
         state.counters.add(4 * b.buf.numel())
         return _allreduce_average(group, world, b.buf)

@@ -1,6 +1,6 @@
 // Dense codecs (every values stage), random-k (every values stage; its indices are not sent)
 // and Hadamard-rotated dense quantizers.
-#include "erased.hpp"
+#include "family.hpp"
 
 namespace gradzip_py {
 namespace {

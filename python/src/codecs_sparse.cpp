@@ -1,6 +1,7 @@
 // DGC's sampled top-k, the threshold and block-wise sparsifiers, and hashed top-k: every index
 // encoding with the values as they are, and COO with a 16-bit cast or uniform 8-bit values.
-#include "erased.hpp"
+// SimHash too.
+#include "family.hpp"
 
 namespace gradzip_py {
 namespace {
@@ -39,6 +40,16 @@ std::unique_ptr<any_codec> make_sparse_family(const parsed_spec& spec, const rol
   namespace sp = gz::sparsify;
   if (r.structure == nullptr) return nullptr;
   const std::string& name = r.structure->name;
+  if (name == "simhash") {
+    GRADZIP_EXPECTS(r.values == nullptr && r.encoding == nullptr, "codec spec '", spec.text,
+                    "': simhash is a whole codec (no values or encoding stage)");
+    arguments a(*r.structure, spec.text);
+    const auto block = a.integer("block", 1024), bits = a.integer("bits", 128), seed = a.integer("seed", 0);
+    a.finish();
+    GRADZIP_EXPECTS(block <= 0xFFFFFFFFu && bits <= 0xFFFFFFFFu, "codec spec '", spec.text,
+                    "': simhash block and bits must fit 32 bits");
+    return erase(gz::hash::simhash{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(bits), seed});
+  }
   arguments a(*r.structure, spec.text);
   if (name == "sampled_topk") {
     const bool has_ratio = a.has("ratio");

@@ -1,6 +1,6 @@
 // Exact top-k: with COO indices under every values stage, and with every index encoding when
 // the values are sent as they are.
-#include "erased.hpp"
+#include "family.hpp"
 
 namespace gradzip_py {
 

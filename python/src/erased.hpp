@@ -1,6 +1,7 @@
 // gradzip's codecs behind one virtual interface, so that a Python object can hold any of them.
-// The Python module builds float32 codecs on the host executor; each call is the C++ codec's
-// own call (no copies, the same bytes).
+// The Python module builds float32 codecs on the host executor, and in GRADZIP_PYTHON_CUDA builds
+// on gradzip::cuda too (device.cuh); each call is the C++ codec's own call (no copies, the same
+// bytes).
 #pragma once
 
 #include <gradzip/gradzip.hpp>
@@ -14,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "device.hpp"
 #include "spec.hpp"
 
 namespace gradzip_py {
@@ -32,8 +34,6 @@ struct summable_section {
 class any_feedback {
  public:
   virtual ~any_feedback() = default;
-  virtual std::size_t size() const = 0;
-  virtual std::size_t max_compressed_bytes() const = 0;
   virtual std::size_t compress(gz::host& exec, gz::span<const float> grad, gz::span<std::byte> out,
                                gz::quantize::compress_context ctx) = 0;
   virtual std::vector<std::byte> save(gz::host& exec) const = 0;
@@ -60,14 +60,19 @@ class any_codec {
   /// is the structure's, the index encoding is not staged): peers then need no size exchange.
   virtual bool fixed_size() const = 0;
   virtual std::unique_ptr<any_feedback> error_feedback(gz::host& exec, std::size_t n) const = 0;
+  /// The same codec on CUDA tensors; null when the module was built without CUDA.
+  virtual const any_device_codec* device() const = 0;
 };
+
+/// Defined in device.cuh, which every translation unit that erases a codec includes in
+/// GRADZIP_PYTHON_CUDA builds (nvcc compiles them).
+template <class Codec>
+std::unique_ptr<any_device_codec> make_device_codec(const Codec& codec);
 
 template <class Codec>
 class erased_feedback final : public any_feedback {
  public:
-  erased_feedback(gz::host& exec, const Codec& codec, std::size_t n) : ef_(exec, codec, n), n_(n) {}
-  std::size_t size() const override { return n_; }
-  std::size_t max_compressed_bytes() const override { return ef_.template max_compressed_bytes<float>(); }
+  erased_feedback(gz::host& exec, const Codec& codec, std::size_t n) : ef_(exec, codec, n) {}
   std::size_t compress(gz::host& exec, gz::span<const float> grad, gz::span<std::byte> out,
                        gz::quantize::compress_context ctx) override {
     return ef_.compress(exec, grad, out, ctx);
@@ -77,7 +82,6 @@ class erased_feedback final : public any_feedback {
 
  private:
   gz::feedback::error_feedback<Codec, float, gz::host> ef_;
-  std::size_t n_;
 };
 
 namespace detail {
@@ -87,6 +91,13 @@ template <class C>
 struct has_decompress_add_all<C, std::void_t<decltype(std::declval<const C&>().decompress_add_all(
                                      std::declval<gz::host&>(), std::declval<gz::span<const bytes_view>>(),
                                      std::declval<gz::span<float>>(), 1.0f))>> : std::true_type {};
+
+/// Whether C is a gz::codec (a structure, values and index stage), not a whole codec of its own
+/// (SimHash, a rotation).
+template <class C>
+inline constexpr bool is_codec = false;
+template <class S, class V, class I>
+inline constexpr bool is_codec<gz::codec<S, V, I>> = true;
 
 inline const char* dtype_name(gz::element_type t) {
   switch (t) {
@@ -102,7 +113,11 @@ inline const char* dtype_name(gz::element_type t) {
 template <class Codec>
 class erased_codec final : public any_codec {
  public:
-  explicit erased_codec(Codec codec) : codec_(codec) {}
+  explicit erased_codec(Codec codec) : codec_(codec) {
+#if GRADZIP_PYTHON_CUDA
+    device_ = make_device_codec(codec_);
+#endif
+  }
 
   std::size_t max_compressed_bytes(std::size_t n) const override {
     return codec_.template max_compressed_bytes<float>(n);
@@ -149,7 +164,7 @@ class erased_codec final : public any_codec {
     }
   }
   std::optional<summable_section> summable(std::size_t n) const override {
-    if constexpr (is_codec_v) {
+    if constexpr (detail::is_codec<Codec>) {
       if constexpr (gz::comm::allreducer<Codec, float, gz::host>::summable_path()) {
         const auto layout = Codec::layout(gz::element_type::f32, n, codec_.structure().selected_count(n));
         const auto& values = layout.at(Codec::section_count - 1);
@@ -162,7 +177,7 @@ class erased_codec final : public any_codec {
     return std::nullopt;
   }
   bool fixed_size() const override {
-    if constexpr (is_codec_v) {
+    if constexpr (detail::is_codec<Codec>) {
       return !Codec::data_dependent_count && !Codec::staged;
     } else {
       return false;
@@ -171,15 +186,11 @@ class erased_codec final : public any_codec {
   std::unique_ptr<any_feedback> error_feedback(gz::host& exec, std::size_t n) const override {
     return std::make_unique<erased_feedback<Codec>>(exec, codec_, n);
   }
+  const any_device_codec* device() const override { return device_.get(); }
 
  private:
-  template <class C>
-  struct is_codec : std::false_type {};
-  template <class S, class V, class I>
-  struct is_codec<gz::codec<S, V, I>> : std::true_type {};
-  static constexpr bool is_codec_v = is_codec<Codec>::value;
-
   Codec codec_;
+  std::unique_ptr<any_device_codec> device_;  // null without CUDA
 };
 
 template <class Codec>

@@ -5,6 +5,10 @@
 // its arrays (dtype, device, contiguity, size) and names the argument it refuses; gradzip's own
 // errors keep their messages: invalid_argument -> ValueError, format_error -> gradzip.FormatError
 // (a ValueError), anything else from gradzip -> RuntimeError. Compute runs without the GIL.
+//
+// CUDA arrays (GRADZIP_PYTHON_CUDA builds) run the same codec on gradzip::cuda, on the stream the
+// caller names (the Python package passes torch's current stream on the array's device); this
+// file stays host-compiled and reaches them through device.hpp's interfaces.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -14,6 +18,7 @@
 
 #include <gradzip/lowrank/powersgd.hpp>
 
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -49,16 +54,6 @@ std::unique_ptr<any_codec> make_codec(const parsed_spec& spec) {
     *slot = &st;
     role = this_role;
   }
-  if (r.structure != nullptr && r.structure->name == "simhash") {
-    GRADZIP_EXPECTS(r.values == nullptr && r.encoding == nullptr, "codec spec '", spec.text,
-                    "': simhash is a whole codec (no values or encoding stage)");
-    arguments a(*r.structure, spec.text);
-    const auto block = a.integer("block", 1024), bits = a.integer("bits", 128), seed = a.integer("seed", 0);
-    a.finish();
-    GRADZIP_EXPECTS(block <= 0xFFFFFFFFu && bits <= 0xFFFFFFFFu, "codec spec '", spec.text,
-                    "': simhash block and bits must fit 32 bits");
-    return erase(gz::hash::simhash{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(bits), seed});
-  }
   if (auto c = make_dense_family(spec, r)) return c;
   if (auto c = make_topk_family(spec, r)) return c;
   if (auto c = make_sparse_family(spec, r)) return c;
@@ -72,15 +67,33 @@ namespace {
 using any_array = nb::ndarray<nb::ro>;
 using out_array = nb::ndarray<>;
 
-/// Number of elements, after checking the array is on the CPU and C-contiguous.
+std::string where(int device) { return device < 0 ? std::string("the CPU") : "cuda:" + std::to_string(device); }
+
+/// Where an array's memory is: -1 for the CPU, else its CUDA device's index.
+template <class A>
+int device_of(const A& a, const std::string& what) {
+  if (a.device_type() == nb::device::cpu::value) return -1;
+  if (a.device_type() == nb::device::cuda::value) return static_cast<int>(a.device_id());
+  throw nb::type_error((what + " is neither in CPU nor in CUDA memory (DLPack device type " +
+                        std::to_string(a.device_type()) + ")")
+                           .c_str());
+}
+
+/// The device of a call's arrays (-1: the CPU), after checking they are all on it.
+int one_device(const std::vector<std::pair<int, std::string>>& placed) {
+  for (const auto& [device, what] : placed) {
+    if (device != placed.front().first) {
+      throw nb::value_error((what + " is on " + where(device) + " and " + placed.front().second + " on " +
+                             where(placed.front().first) + ": a call's arrays must be on one device")
+                                .c_str());
+    }
+  }
+  return placed.front().first;
+}
+
+/// Number of elements, after checking the array is C-contiguous.
 template <class A>
 std::size_t checked_elements(const A& a, const char* what) {
-  if (a.device_type() != nb::device::cpu::value) {
-    throw nb::type_error((std::string(what) +
-                          " is not in CPU memory: this gradzip module was built for the host executor "
-                          "(CUDA tensors need a CUDA build; see docs/pytorch.md)")
-                             .c_str());
-  }
   std::size_t n = 1;
   std::int64_t expect = 1;
   for (std::size_t d = a.ndim(); d-- > 0;) {
@@ -112,11 +125,14 @@ gz::span<std::byte> bytes(const A& a, const char* what) {
   return gz::span<std::byte>(static_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(a.data()))), n);
 }
 
-std::vector<bytes_view> payload_views(const std::vector<any_array>& payloads) {
+std::vector<bytes_view> payload_views(const std::vector<any_array>& payloads,
+                                      std::vector<std::pair<int, std::string>>& placed) {
   std::vector<bytes_view> views;
   views.reserve(payloads.size());
-  for (const auto& p : payloads) {
-    const auto b = bytes(p, "payloads[i]");
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const std::string what = "payloads[" + std::to_string(i) + "]";
+    const auto b = bytes(payloads[i], what.c_str());
+    placed.emplace_back(device_of(payloads[i], what), what);
     views.emplace_back(b.data(), b.size());
   }
   return views;
@@ -124,7 +140,38 @@ std::vector<bytes_view> payload_views(const std::vector<any_array>& payloads) {
 
 gz::quantize::compress_context context(std::uint64_t step, std::uint64_t tensor_id) { return {step, tensor_id}; }
 
-/// A codec and the host executor whose scratch its calls use. An executor serves one thread at a
+/// The codec on CUDA arrays, or a TypeError saying how to get it.
+const any_device_codec& device_codec(const any_codec& c, const std::string& what, int device) {
+  if (c.device() == nullptr) {
+    throw nb::type_error((what + " is on " + where(device) +
+                          ", and this gradzip module was built without CUDA: reinstall with nvcc on the PATH "
+                          "(pip install ./python -Ccmake.define.GRADZIP_PYTHON_CUDA=ON; docs/pytorch.md)")
+                             .c_str());
+  }
+  return *c.device();
+}
+
+/// CUDA executors by (device, stream), each made on first use. Callers hold their object's lock.
+class device_executors {
+ public:
+  device_executor& at(int device, std::uintptr_t stream) {
+#if GRADZIP_PYTHON_CUDA
+    device_executor_ptr& e = by_stream_[{device, stream}];
+    if (!e) e = make_device_executor(device, stream);
+    return *e;
+#else
+    (void)stream;  // unreachable: device_codec refuses CUDA arrays first in a build without CUDA
+    throw nb::type_error(("no CUDA executor for " + where(device) + ": built without CUDA").c_str());
+#endif
+  }
+
+ private:
+#if GRADZIP_PYTHON_CUDA
+  std::map<std::pair<int, std::uintptr_t>, device_executor_ptr> by_stream_;
+#endif
+};
+
+/// A codec and the executors whose scratch its calls use. An executor serves one thread at a
 /// time, and calls run without the GIL (a DDP hook decodes on Gloo's threads while the autograd
 /// thread compresses the next bucket): every call holds `busy`, taken after the GIL is released.
 struct py_codec {
@@ -132,15 +179,36 @@ struct py_codec {
   std::string spec;
   gz::host exec;
   std::unique_ptr<any_codec> codec;
+  device_executors gpus;
   std::mutex busy;
 };
 
+/// Error feedback for one tensor size, its residual on the CPU (device -1) or on a CUDA device.
 struct py_feedback {
-  py_feedback(py_codec& c, std::size_t n, int threads) : exec(threads), ef(c.codec->error_feedback(exec, n)) {
-    exec.reserve(c.codec->workspace_bytes(exec, n));
+  py_feedback(py_codec& c, std::size_t n, int threads, int device, std::uintptr_t stream)
+      : n(n), max_bytes(c.codec->max_compressed_bytes(n)), exec(threads) {
+    if (device < 0) {
+      ef = c.codec->error_feedback(exec, n);
+      exec.reserve(c.codec->workspace_bytes(exec, n));
+    } else {
+      device_ef = device_codec(*c.codec, "the residual", device).error_feedback(gpus.at(device, stream), n);
+    }
   }
+  int device() const { return ef ? -1 : device_ef->device(); }
+  /// A TypeError unless `device` is the residual's.
+  void expect_device(int device, const char* what) const {
+    if (device != this->device()) {
+      throw nb::type_error((std::string(what) + " is on " + where(device) + ", this feedback's residual on " +
+                            where(this->device()))
+                               .c_str());
+    }
+  }
+  std::size_t n;
+  std::size_t max_bytes;
   gz::host exec;
-  std::unique_ptr<any_feedback> ef;
+  std::unique_ptr<any_feedback> ef;                // CPU residual
+  std::unique_ptr<any_device_feedback> device_ef;  // CUDA residual
+  device_executors gpus;
   std::mutex busy;
 };
 
@@ -194,6 +262,7 @@ NB_MODULE(_gradzip, m) {
   nb::class_<py_codec>(m, "Codec")
       .def(nb::init<const std::string&, int>(), nb::arg("spec"), nb::arg("threads") = 1)
       .def_ro("spec", &py_codec::spec)
+      .def_prop_ro("cuda", [](const py_codec& c) { return c.codec->device() != nullptr; })
       .def("max_compressed_bytes", [](const py_codec& c, std::size_t n) { return c.codec->max_compressed_bytes(n); })
       .def_prop_ro("fixed_size", [](const py_codec& c) { return c.codec->fixed_size(); })
       .def("reserve",
@@ -203,54 +272,70 @@ NB_MODULE(_gradzip, m) {
            })
       .def(
           "compress",
-          [](py_codec& c, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
-            const auto in = floats(x, "tensor");
+          [](py_codec& c, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id,
+             std::uintptr_t stream) {
+            const auto in = gz::span<const float>(floats(x, "tensor"));
             const auto o = bytes(out, "out");
-            return without_gil(c.busy, [&] {
-              return c.codec->compress(c.exec, gz::span<const float>(in.data(), in.size()), o,
-                                       context(step, tensor_id));
-            });
+            const int dev = one_device({{device_of(x, "tensor"), "tensor"}, {device_of(out, "out"), "out"}});
+            if (dev < 0) {
+              return without_gil(c.busy, [&] { return c.codec->compress(c.exec, in, o, context(step, tensor_id)); });
+            }
+            const any_device_codec& d = device_codec(*c.codec, "tensor", dev);
+            return without_gil(c.busy, [&] { return d.compress(c.gpus.at(dev, stream), in, o, context(step, tensor_id)); });
           },
-          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
+          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("stream") = 0)
       .def(
           "decompress",
-          [](py_codec& c, const any_array& payload, const out_array& out) {
+          [](py_codec& c, const any_array& payload, const out_array& out, std::uintptr_t stream) {
             const auto p = bytes(payload, "payload");
+            const bytes_view pv(p.data(), p.size());
             const auto o = floats(out, "out");
-            return without_gil(
-                c.busy, [&] { c.codec->decompress(c.exec, bytes_view(p.data(), p.size()), o); });
+            const int dev = one_device({{device_of(payload, "payload"), "payload"}, {device_of(out, "out"), "out"}});
+            if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress(c.exec, pv, o); });
+            const any_device_codec& d = device_codec(*c.codec, "payload", dev);
+            without_gil(c.busy, [&] { d.decompress(c.gpus.at(dev, stream), pv, o); });
           },
-          nb::arg("payload"), nb::arg("out"))
+          nb::arg("payload"), nb::arg("out"), nb::arg("stream") = 0)
       .def(
           "decompress_add",
-          [](py_codec& c, const any_array& payload, const out_array& accum, float alpha) {
+          [](py_codec& c, const any_array& payload, const out_array& accum, float alpha, std::uintptr_t stream) {
             const auto p = bytes(payload, "payload");
+            const bytes_view pv(p.data(), p.size());
             const auto o = floats(accum, "accum");
-            return without_gil(c.busy, [&] {
-              c.codec->decompress_add(c.exec, bytes_view(p.data(), p.size()), o, alpha);
-            });
+            const int dev =
+                one_device({{device_of(payload, "payload"), "payload"}, {device_of(accum, "accum"), "accum"}});
+            if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_add(c.exec, pv, o, alpha); });
+            const any_device_codec& d = device_codec(*c.codec, "payload", dev);
+            without_gil(c.busy, [&] { d.decompress_add(c.gpus.at(dev, stream), pv, o, alpha); });
           },
-          nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
+          nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f, nb::arg("stream") = 0)
       .def(
           "decompress_add_all",
-          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& accum, float alpha) {
-            const std::vector<bytes_view> views = payload_views(payloads);
+          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& accum, float alpha,
+             std::uintptr_t stream) {
+            std::vector<std::pair<int, std::string>> placed{{device_of(accum, "accum"), "accum"}};
+            const std::vector<bytes_view> views = payload_views(payloads, placed);
+            const gz::span<const bytes_view> all(views);
             const auto o = floats(accum, "accum");
-            return without_gil(c.busy, [&] {
-              c.codec->decompress_add_all(c.exec, gz::span<const bytes_view>(views), o, alpha);
-            });
+            const int dev = one_device(placed);
+            if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_add_all(c.exec, all, o, alpha); });
+            const any_device_codec& d = device_codec(*c.codec, "accum", dev);
+            without_gil(c.busy, [&] { d.decompress_add_all(c.gpus.at(dev, stream), all, o, alpha); });
           },
-          nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f)
+          nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f, nb::arg("stream") = 0)
       .def(
           "decompress_all",
-          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& out) {
-            const std::vector<bytes_view> views = payload_views(payloads);
+          [](py_codec& c, const std::vector<any_array>& payloads, const out_array& out, std::uintptr_t stream) {
+            std::vector<std::pair<int, std::string>> placed{{device_of(out, "out"), "out"}};
+            const std::vector<bytes_view> views = payload_views(payloads, placed);
+            const gz::span<const bytes_view> all(views);
             const auto o = floats(out, "out");
-            return without_gil(c.busy, [&] {
-              c.codec->decompress_all(c.exec, gz::span<const bytes_view>(views), o);
-            });
+            const int dev = one_device(placed);
+            if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_all(c.exec, all, o); });
+            const any_device_codec& d = device_codec(*c.codec, "out", dev);
+            without_gil(c.busy, [&] { d.decompress_all(c.gpus.at(dev, stream), all, o); });
           },
-          nb::arg("payloads"), nb::arg("out"))
+          nb::arg("payloads"), nb::arg("out"), nb::arg("stream") = 0)
       .def(
           "summable_section",
           [](const py_codec& c, std::size_t n) -> std::optional<std::tuple<std::size_t, std::size_t, std::string>> {
@@ -261,29 +346,42 @@ NB_MODULE(_gradzip, m) {
           nb::arg("n"));
 
   nb::class_<py_feedback>(m, "ErrorFeedback")
-      .def(nb::init<py_codec&, std::size_t, int>(), nb::arg("codec"), nb::arg("n"), nb::arg("threads") = 1)
-      .def_prop_ro("size", [](const py_feedback& f) { return f.ef->size(); })
-      .def("max_compressed_bytes", [](const py_feedback& f) { return f.ef->max_compressed_bytes(); })
+      .def(nb::init<py_codec&, std::size_t, int, int, std::uintptr_t>(), nb::arg("codec"), nb::arg("n"),
+           nb::arg("threads") = 1, nb::arg("device") = -1, nb::arg("stream") = 0)
+      .def_prop_ro("size", [](const py_feedback& f) { return f.n; })
+      .def_prop_ro("device", &py_feedback::device)
+      .def("max_compressed_bytes", [](const py_feedback& f) { return f.max_bytes; })
       .def(
           "compress",
-          [](py_feedback& f, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id) {
-            const auto in = floats(x, "tensor");
+          [](py_feedback& f, const any_array& x, const out_array& out, std::uint64_t step, std::uint64_t tensor_id,
+             std::uintptr_t stream) {
+            const auto in = gz::span<const float>(floats(x, "tensor"));
             const auto o = bytes(out, "out");
+            const int dev = one_device({{device_of(x, "tensor"), "tensor"}, {device_of(out, "out"), "out"}});
+            f.expect_device(dev, "tensor");
+            if (dev < 0) {
+              return without_gil(f.busy, [&] { return f.ef->compress(f.exec, in, o, context(step, tensor_id)); });
+            }
             return without_gil(f.busy, [&] {
-              return f.ef->compress(f.exec, gz::span<const float>(in.data(), in.size()), o,
-                                    context(step, tensor_id));
+              return f.device_ef->compress(f.gpus.at(dev, stream), in, o, context(step, tensor_id));
             });
           },
-          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0)
-      .def("save",
-           [](py_feedback& f) {
-             std::lock_guard<std::mutex> lock(f.busy);
-             return to_bytes(f.ef->save(f.exec));
-           })
-      .def("restore", [](py_feedback& f, const nb::bytes& state) {
-        std::lock_guard<std::mutex> lock(f.busy);
-        f.ef->restore(f.exec, view_of(state));
-      });
+          nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("stream") = 0)
+      .def(
+          "save",
+          [](py_feedback& f, std::uintptr_t stream) {
+            std::lock_guard<std::mutex> lock(f.busy);
+            return to_bytes(f.ef ? f.ef->save(f.exec) : f.device_ef->save(f.gpus.at(f.device(), stream)));
+          },
+          nb::arg("stream") = 0)
+      .def(
+          "restore",
+          [](py_feedback& f, const nb::bytes& state, std::uintptr_t stream) {
+            std::lock_guard<std::mutex> lock(f.busy);
+            if (f.ef) return f.ef->restore(f.exec, view_of(state));
+            f.device_ef->restore(f.gpus.at(f.device(), stream), view_of(state));
+          },
+          nb::arg("state"), nb::arg("stream") = 0);
 
   nb::class_<py_powersgd>(m, "PowerSGD")
       .def(

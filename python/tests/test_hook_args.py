@@ -35,7 +35,7 @@ def test_checkpoints_of_another_codec_or_rank_are_refused():
     with pytest.raises(ValueError, match="the checkpoint is for codec 'topk\\(ratio=0.01\\)'"):
         gzt.GradzipState(gradzip.QSGD()).load_state_dict(saved)
     bad = dict(saved, residuals={0: torch.zeros(3, 2)})
-    with pytest.raises(ValueError, match="residual 0 is not a 1-D float32 CPU tensor"):
+    with pytest.raises(ValueError, match="residual 0 is not a 1-D float32 tensor"):
         gzt.GradzipState("topk(ratio=0.01)").load_state_dict(bad)
     ps = gzt.PowerSGDState(matrix_approximation_rank=2).state_dict()
     with pytest.raises(ValueError, match="the checkpoint is for rank 2, this state's is 4"):

@@ -8,6 +8,9 @@
    - static shared memory fits the 48 KiB a launch gets without an opt-in;
    - nothing spills to local memory, but for the kernels listed in --allow-spills (a file of
      "mangled-name-substrings  reason" lines, the substrings joined by '&');
+   - no kernel of more than one thread has a stack frame (an array indexed at run time, a struct
+     copied whole: local memory that every thread stores and loads), but for those listed in
+     --allow-stack (same format; the reason says why it is cheap or what is pending);
    - registers allow at least 50 % occupancy (32 of an SM's 64 warps resident) at the kernel's
      __launch_bounds__ block size, for kernels of 64 threads or more, but for those listed in
      --occupancy-exceptions (same format; the reason says what is pending).
@@ -22,7 +25,7 @@
    (fmaf, or __fmul_rn / __fadd_rn), or payloads differ from the host's (docs/architecture.md).
 
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
-                        [--allow-spills FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
+                        [--allow-spills FILE] [--allow-stack FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
                         [--vector-stores FILE] [--wide-stores FILE] SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
@@ -210,6 +213,7 @@ def main():
     ap.add_argument("-I", dest="includes", action="append", default=[])
     ap.add_argument("-D", dest="defines", action="append", default=[])
     ap.add_argument("--allow-spills")
+    ap.add_argument("--allow-stack")
     ap.add_argument("--occupancy-exceptions")
     ap.add_argument("--vector-loads")
     ap.add_argument("--vector-stores")
@@ -248,6 +252,7 @@ def main():
 
         usage = {key: u for key, u in usage.items() if ours(key[1])}
         allowed = load_allowed(args.allow_spills)
+        stack_allowed = load_allowed(args.allow_stack)
         low_occupancy = load_allowed(args.occupancy_exceptions)
         wide = [(VECTOR_LOAD, "16-byte global load", p, r) for p, r in load_allowed(args.vector_loads)]
         wide += [(VECTOR_STORE, "16-byte global store", p, r) for p, r in load_allowed(args.vector_stores)]
@@ -270,6 +275,9 @@ def main():
                 if reason is None:
                     problems.append(f"{sm} {pretty}: spills ({u['spill_stores']} bytes stored, {u['spill_loads']} "
                                     f"loaded) to local memory")
+            if threads > 1 and u["stack"] and next((r for p, r in stack_allowed if matches(p, mangled)), None) is None:
+                problems.append(f"{sm} {pretty}: a {u['stack']}-byte stack frame (local memory: an array indexed at "
+                                f"run time, or a struct copied whole) in a kernel of {threads} threads")
             occupancy = register_occupancy(u["regs"], threads)
             if threads >= 64 and occupancy < MIN_OCCUPANCY:
                 if next((r for p, r in low_occupancy if matches(p, mangled)), None) is None:
@@ -322,7 +330,8 @@ def main():
         for p in problems:
             print("  " + p)
         return 1
-    print("\nall kernels fit their launch, nothing spills, occupancy >= 50 % (or excepted), "
+    print("\nall kernels fit their launch, nothing spills, no stack frames in multi-thread kernels (or excepted), "
+          "occupancy >= 50 % (or excepted), "
           "the listed kernels load (and store) 16 bytes, no implicit contraction")
     return 0
 

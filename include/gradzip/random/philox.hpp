@@ -103,7 +103,11 @@ GRADZIP_HOST_DEVICE constexpr std::uint32_t random_word(std::uint64_t seed, std:
  * tests/host/test_uniform.cpp checks the bound over all 65,536 draws.
  */
 GRADZIP_HOST_DEVICE constexpr std::uint32_t half_word(const philox_words& block, unsigned h) {
-  const std::uint32_t word = block[static_cast<int>((h & 7) >> 1)];
+  // Word h / 2 by selects, not by indexing: an index known only at run time (a gathered
+  // element's h) put the block in local memory on the GPU.
+  const std::uint32_t low = (h & 2) != 0 ? block[1] : block[0];
+  const std::uint32_t high = (h & 2) != 0 ? block[3] : block[2];
+  const std::uint32_t word = (h & 4) != 0 ? high : low;
   return (h & 1) != 0 ? (word & 0xFFFF0000u) : (word << 16);
 }
 

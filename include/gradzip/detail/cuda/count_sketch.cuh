@@ -82,7 +82,11 @@ void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bit
     const run_of_8 e = run_at(run, n);
     float v[8];
     load_floats(x, e.first, e.valid, v);
-    for (unsigned k = 0; k < e.valid; ++k) {
+    // Unrolled, so that v[k] is a register: a loop to e.valid indexed v at run time, which put it
+    // in local memory on sm_100 (a 32-byte stack frame).
+#pragma unroll
+    for (unsigned k = 0; k < 8; ++k) {
+      if (k >= e.valid) break;
       const bool finite = gradzip::is_finite(v[k]);
       const std::int32_t q = finite ? fp.to_fixed(v[k]) : 0;
       if (finite && q == 0) continue;  // adds nothing

@@ -426,7 +426,7 @@ class ErrorFeedback:
     def __init__(self, codec: Union[Codec, SpecLike], n: int, threads: int = 1, device: Any = None) -> None:
         self.codec = codec if isinstance(codec, Codec) else Codec(codec, threads)
         self._index = _device_index(device)
-        self._f = _ErrorFeedback(self.codec._c, n, threads, self._index, self._current_stream())
+        self._f = _ErrorFeedback(self.codec._c, n, threads, self._index)
 
     @property
     def size(self) -> int:

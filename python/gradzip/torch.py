@@ -102,6 +102,16 @@ class _Bucket:
             return self.buf[r[0]:r[0] + r[1]]
         return torch.cat([self.buf[o:o + n] for o, n, _ in (self.entries[k] for k in unit)])
 
+    def finished(self) -> torch.Tensor:
+        """The bucket, once a unit's callback has written its part. On a GPU the callback's work
+        (the division, the scatter) is queued on the callback's stream, and the future DDP waits
+        for carries no CUDA events when a bucket has several units (``collect_all``): the host
+        waits for that stream here, so that DDP and the optimizer read finished gradients, and the
+        callback's temporaries are not reused while it runs."""
+        if self.buf.is_cuda:
+            torch.cuda.current_stream(self.buf.device).synchronize()
+        return self.buf
+
     def scatter(self, unit: Unit, values: torch.Tensor) -> None:
         at = 0
         for key in unit:
@@ -300,7 +310,7 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
             f.wait()  # raises the allreduce's error
             codec.decompress(payload[:size], out)  # the sum of x / world: the average
             b.scatter(unit, out)
-            return b.buf
+            return b.finished()
 
         return dist.all_reduce(values, group=group, async_op=True).get_future().then(decode_sum)
 
@@ -330,7 +340,7 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
             raise FormatError(f"gradzip_hook: unit {unit[0]}: payload from {_bad_rank(codec, payloads, n)}: "
                               f"{e}") from None
         b.scatter(unit, out.div_(world))
-        return b.buf
+        return b.finished()
 
     return fut.then(decode)
 
@@ -361,7 +371,7 @@ def _allreduce_unit(state: _HookState, unit: Unit, b: _Bucket, group: Any, world
     def average(f: torch.futures.Future) -> torch.Tensor:
         f.wait()
         b.scatter(unit, x.div_(world))
-        return b.buf
+        return b.finished()
 
     return dist.all_reduce(x, group=group, async_op=True).get_future().then(average)
 

@@ -5,8 +5,6 @@ namespace gradzip_py {
 
 void device_executor_deleter::operator()(device_executor* e) const noexcept { delete e; }
 
-device_executor_ptr make_device_executor(int device, std::uintptr_t stream) {
-  return device_executor_ptr(new device_executor(device, reinterpret_cast<cudaStream_t>(stream)));
-}
+device_executor_ptr make_device_executor(int device) { return device_executor_ptr(new device_executor(device)); }
 
 }  // namespace gradzip_py

@@ -6,9 +6,9 @@
 // errors keep their messages: invalid_argument -> ValueError, format_error -> gradzip.FormatError
 // (a ValueError), anything else from gradzip -> RuntimeError. Compute runs without the GIL.
 //
-// CUDA arrays (GRADZIP_PYTHON_CUDA builds) run the same codec on gradzip::cuda, on the stream the
-// caller names (the Python package passes torch's current stream on the array's device); this
-// file stays host-compiled and reaches them through device.hpp's interfaces.
+// CUDA arrays (GRADZIP_PYTHON_CUDA builds) run the same codec on gradzip::cuda, ordered with the
+// stream the caller names (the Python package passes torch's current stream on the array's
+// device); this file stays host-compiled and reaches them through device.hpp's interfaces.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -151,23 +151,24 @@ const any_device_codec& device_codec(const any_codec& c, const std::string& what
   return *c.device();
 }
 
-/// CUDA executors by (device, stream), each made on first use. Callers hold their object's lock.
+/// CUDA executors by device, each made on first use (its stream serves every caller's stream on
+/// that device, ordered by events). Callers hold their object's lock.
 class device_executors {
  public:
-  device_executor& at(int device, std::uintptr_t stream) {
+  device_executor& at(int device) {
 #if GRADZIP_PYTHON_CUDA
-    device_executor_ptr& e = by_stream_[{device, stream}];
-    if (!e) e = make_device_executor(device, stream);
+    device_executor_ptr& e = by_device_[device];
+    if (!e) e = make_device_executor(device);
     return *e;
 #else
-    (void)stream;  // unreachable: device_codec refuses CUDA arrays first in a build without CUDA
+    // Unreachable: device_codec refuses CUDA arrays first in a build without CUDA.
     throw nb::type_error(("no CUDA executor for " + where(device) + ": built without CUDA").c_str());
 #endif
   }
 
  private:
 #if GRADZIP_PYTHON_CUDA
-  std::map<std::pair<int, std::uintptr_t>, device_executor_ptr> by_stream_;
+  std::map<int, device_executor_ptr> by_device_;
 #endif
 };
 
@@ -185,13 +186,14 @@ struct py_codec {
 
 /// Error feedback for one tensor size, its residual on the CPU (device -1) or on a CUDA device.
 struct py_feedback {
-  py_feedback(py_codec& c, std::size_t n, int threads, int device, std::uintptr_t stream)
+  py_feedback(py_codec& c, std::size_t n, int threads, int device)
       : n(n), max_bytes(c.codec->max_compressed_bytes(n)), exec(threads) {
     if (device < 0) {
       ef = c.codec->error_feedback(exec, n);
       exec.reserve(c.codec->workspace_bytes(exec, n));
     } else {
-      device_ef = device_codec(*c.codec, "the residual", device).error_feedback(gpus.at(device, stream), n);
+      // Zeroed on the executor's stream, which every later call of this feedback runs on.
+      device_ef = device_codec(*c.codec, "the residual", device).error_feedback(gpus.at(device), n);
     }
   }
   int device() const { return ef ? -1 : device_ef->device(); }
@@ -281,7 +283,8 @@ NB_MODULE(_gradzip, m) {
               return without_gil(c.busy, [&] { return c.codec->compress(c.exec, in, o, context(step, tensor_id)); });
             }
             const any_device_codec& d = device_codec(*c.codec, "tensor", dev);
-            return without_gil(c.busy, [&] { return d.compress(c.gpus.at(dev, stream), in, o, context(step, tensor_id)); });
+            return without_gil(c.busy,
+                               [&] { return d.compress(c.gpus.at(dev), stream, in, o, context(step, tensor_id)); });
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("stream") = 0)
       .def(
@@ -293,7 +296,7 @@ NB_MODULE(_gradzip, m) {
             const int dev = one_device({{device_of(payload, "payload"), "payload"}, {device_of(out, "out"), "out"}});
             if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress(c.exec, pv, o); });
             const any_device_codec& d = device_codec(*c.codec, "payload", dev);
-            without_gil(c.busy, [&] { d.decompress(c.gpus.at(dev, stream), pv, o); });
+            without_gil(c.busy, [&] { d.decompress(c.gpus.at(dev), stream, pv, o); });
           },
           nb::arg("payload"), nb::arg("out"), nb::arg("stream") = 0)
       .def(
@@ -306,7 +309,7 @@ NB_MODULE(_gradzip, m) {
                 one_device({{device_of(payload, "payload"), "payload"}, {device_of(accum, "accum"), "accum"}});
             if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_add(c.exec, pv, o, alpha); });
             const any_device_codec& d = device_codec(*c.codec, "payload", dev);
-            without_gil(c.busy, [&] { d.decompress_add(c.gpus.at(dev, stream), pv, o, alpha); });
+            without_gil(c.busy, [&] { d.decompress_add(c.gpus.at(dev), stream, pv, o, alpha); });
           },
           nb::arg("payload"), nb::arg("accum"), nb::arg("alpha") = 1.0f, nb::arg("stream") = 0)
       .def(
@@ -320,7 +323,7 @@ NB_MODULE(_gradzip, m) {
             const int dev = one_device(placed);
             if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_add_all(c.exec, all, o, alpha); });
             const any_device_codec& d = device_codec(*c.codec, "accum", dev);
-            without_gil(c.busy, [&] { d.decompress_add_all(c.gpus.at(dev, stream), all, o, alpha); });
+            without_gil(c.busy, [&] { d.decompress_add_all(c.gpus.at(dev), stream, all, o, alpha); });
           },
           nb::arg("payloads"), nb::arg("accum"), nb::arg("alpha") = 1.0f, nb::arg("stream") = 0)
       .def(
@@ -333,7 +336,7 @@ NB_MODULE(_gradzip, m) {
             const int dev = one_device(placed);
             if (dev < 0) return without_gil(c.busy, [&] { c.codec->decompress_all(c.exec, all, o); });
             const any_device_codec& d = device_codec(*c.codec, "out", dev);
-            without_gil(c.busy, [&] { d.decompress_all(c.gpus.at(dev, stream), all, o); });
+            without_gil(c.busy, [&] { d.decompress_all(c.gpus.at(dev), stream, all, o); });
           },
           nb::arg("payloads"), nb::arg("out"), nb::arg("stream") = 0)
       .def(
@@ -346,8 +349,8 @@ NB_MODULE(_gradzip, m) {
           nb::arg("n"));
 
   nb::class_<py_feedback>(m, "ErrorFeedback")
-      .def(nb::init<py_codec&, std::size_t, int, int, std::uintptr_t>(), nb::arg("codec"), nb::arg("n"),
-           nb::arg("threads") = 1, nb::arg("device") = -1, nb::arg("stream") = 0)
+      .def(nb::init<py_codec&, std::size_t, int, int>(), nb::arg("codec"), nb::arg("n"), nb::arg("threads") = 1,
+           nb::arg("device") = -1)
       .def_prop_ro("size", [](const py_feedback& f) { return f.n; })
       .def_prop_ro("device", &py_feedback::device)
       .def("max_compressed_bytes", [](const py_feedback& f) { return f.max_bytes; })
@@ -363,7 +366,7 @@ NB_MODULE(_gradzip, m) {
               return without_gil(f.busy, [&] { return f.ef->compress(f.exec, in, o, context(step, tensor_id)); });
             }
             return without_gil(f.busy, [&] {
-              return f.device_ef->compress(f.gpus.at(dev, stream), in, o, context(step, tensor_id));
+              return f.device_ef->compress(f.gpus.at(dev), stream, in, o, context(step, tensor_id));
             });
           },
           nb::arg("tensor"), nb::arg("out"), nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("stream") = 0)
@@ -371,7 +374,7 @@ NB_MODULE(_gradzip, m) {
           "save",
           [](py_feedback& f, std::uintptr_t stream) {
             std::lock_guard<std::mutex> lock(f.busy);
-            return to_bytes(f.ef ? f.ef->save(f.exec) : f.device_ef->save(f.gpus.at(f.device(), stream)));
+            return to_bytes(f.ef ? f.ef->save(f.exec) : f.device_ef->save(f.gpus.at(f.device()), stream));
           },
           nb::arg("stream") = 0)
       .def(
@@ -379,7 +382,7 @@ NB_MODULE(_gradzip, m) {
           [](py_feedback& f, const nb::bytes& state, std::uintptr_t stream) {
             std::lock_guard<std::mutex> lock(f.busy);
             if (f.ef) return f.ef->restore(f.exec, view_of(state));
-            f.device_ef->restore(f.gpus.at(f.device(), stream), view_of(state));
+            f.device_ef->restore(f.gpus.at(f.device()), stream, view_of(state));
           },
           nb::arg("state"), nb::arg("stream") = 0);
 

@@ -90,7 +90,7 @@ def test_cuda_arrays_without_a_gpu_raise_the_runtimes_error_or_name_the_build():
         with pytest.raises(RuntimeError, match="cuda"):
             codec._c.compress(x, out)
         with pytest.raises(RuntimeError, match="cuda"):
-            gradzip._gradzip.ErrorFeedback(codec._c, 64, 1, 0, 0)
+            gradzip._gradzip.ErrorFeedback(codec._c, 64, 1, 0)
     else:
         with pytest.raises(TypeError, match="built without CUDA"):
             codec._c.compress(x, out)

@@ -29,8 +29,8 @@ std::vector<float> gradient(std::size_t n, std::uint32_t seed) {
   return x;
 }
 
-/// A stream that does not synchronize with the legacy stream: the module's calls must order
-/// their work on the stream they are given.
+/// A stream that does not synchronize with the legacy stream, as torch's side streams: each call
+/// must be ordered with it (events both ways), since the executor runs on a stream of its own.
 struct owned_stream {
   cudaStream_t s = nullptr;
   owned_stream() { GRADZIP_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -51,7 +51,7 @@ void check_codec(const Codec& codec, std::size_t n) {
   const py::any_device_codec& dev = *erased.device();
   gz::host host;
   owned_stream stream;
-  auto exec = py::make_device_executor(0, stream.handle());
+  auto exec = py::make_device_executor(0);
   const std::size_t bound = erased.max_compressed_bytes(n);
 
   std::vector<std::vector<std::byte>> payloads;
@@ -59,9 +59,11 @@ void check_codec(const Codec& codec, std::size_t n) {
     const std::vector<float> x = gradient(n, 11 + step);
     std::vector<std::byte> want(bound);
     want.resize(erased.compress(host, gz::span<const float>(x), gz::span<std::byte>(want), {step, 5}));
-    device_vector<float> dx(x);
+    // The gradient arrives by a copy queued on the caller's stream: the call must wait for it.
+    device_vector<float> dx(n);
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(dx.data, x.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream.s));
     device_vector<std::byte> dout(bound);
-    const std::size_t bytes = dev.compress(*exec, gz::span<const float>(dx.data, n), dout.view(), {step, 5});
+    const std::size_t bytes = dev.compress(*exec, stream.handle(), gz::span<const float>(dx.data, n), dout.view(), {step, 5});
     GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream.s));
     INFO("step " << step);
     REQUIRE(bytes == want.size());
@@ -83,14 +85,14 @@ void check_codec(const Codec& codec, std::size_t n) {
     std::vector<float> want(n);
     erased.decompress(host, host_views[m], gz::span<float>(want));
     device_vector<float> out(n);
-    dev.decompress(*exec, device_views[m], out.view());
+    dev.decompress(*exec, stream.handle(), device_views[m], out.view());
     std::vector<float> got = download_on(stream.s, out);
     CHECK(output_difference(got.data(), want.data(), n) == "");
 
     want = start;
     erased.decompress_add(host, host_views[m], gz::span<float>(want), 0.25f);
     device_vector<float> accum(start);
-    dev.decompress_add(*exec, device_views[m], accum.view(), 0.25f);
+    dev.decompress_add(*exec, stream.handle(), device_views[m], accum.view(), 0.25f);
     got = download_on(stream.s, accum);
     CHECK(output_difference(got.data(), want.data(), n) == "");
   }
@@ -99,7 +101,7 @@ void check_codec(const Codec& codec, std::size_t n) {
   std::vector<float> want = start;
   for (const auto& v : host_views) erased.decompress_add(host, v, gz::span<float>(want), 0.5f);
   device_vector<float> accum(start);
-  dev.decompress_add_all(*exec, gz::span<const bytes_view>(device_views), accum.view(), 0.5f);
+  dev.decompress_add_all(*exec, stream.handle(), gz::span<const bytes_view>(device_views), accum.view(), 0.5f);
   std::vector<float> got = download_on(stream.s, accum);
   CHECK(output_difference(got.data(), want.data(), n) == "");
 
@@ -107,7 +109,7 @@ void check_codec(const Codec& codec, std::size_t n) {
   erased.decompress(host, host_views[0], gz::span<float>(want));
   for (std::size_t m = 1; m < host_views.size(); ++m) erased.decompress_add(host, host_views[m], gz::span<float>(want), 1.0f);
   device_vector<float> sum(start);
-  dev.decompress_all(*exec, gz::span<const bytes_view>(device_views), sum.view());
+  dev.decompress_all(*exec, stream.handle(), gz::span<const bytes_view>(device_views), sum.view());
   got = download_on(stream.s, sum);
   CHECK(output_difference(got.data(), want.data(), n) == "");
 
@@ -142,12 +144,18 @@ void check_codec(const Codec& codec, std::size_t n) {
     CHECK(download_on(stream.s, untouched) == start);
   };
   same_failure([&](gz::span<float> out) {
-    dev.decompress_add_all(*exec, gz::span<const bytes_view>(with_bad), out, 1.0f);
+    dev.decompress_add_all(*exec, stream.handle(), gz::span<const bytes_view>(with_bad), out, 1.0f);
   });
-  same_failure([&](gz::span<float> out) { dev.decompress_all(*exec, gz::span<const bytes_view>(with_bad), out); });
+  same_failure([&](gz::span<float> out) { dev.decompress_all(*exec, stream.handle(), gz::span<const bytes_view>(with_bad), out); });
   device_vector<float> untouched(start);
+  // A misaligned payload after the bad one is refused while the checks are being queued (an
+  // invalid_argument, not the bad payload's format_error): the bad one's recorded failure must
+  // not be left for the next call.
+  std::vector<bytes_view> then_misaligned = {device_views[0], with_bad[1], bytes_view(dp[2].data + 1, 64)};
+  device_vector<float> scratch(start);
+  CHECK_THROWS(dev.decompress_all(*exec, stream.handle(), gz::span<const bytes_view>(then_misaligned), scratch.view()));
   // And the executor is usable afterwards: the failure was cleared where it was raised.
-  dev.decompress_add_all(*exec, gz::span<const bytes_view>(device_views), untouched.view(), 0.5f);
+  dev.decompress_add_all(*exec, stream.handle(), gz::span<const bytes_view>(device_views), untouched.view(), 0.5f);
   got = download_on(stream.s, untouched);
   want = start;
   for (const auto& v : host_views) erased.decompress_add(host, v, gz::span<float>(want), 0.5f);
@@ -185,7 +193,7 @@ TEST_CASE("python module: CUDA error feedback follows the host's, and their stat
   const std::size_t n = 3000;
   gz::host host;
   owned_stream stream;
-  auto exec = py::make_device_executor(0, stream.handle());
+  auto exec = py::make_device_executor(0);
   auto host_ef = erased.error_feedback(host, n);
   auto dev_ef = erased.device()->error_feedback(*exec, n);
   CHECK(dev_ef->device() == 0);
@@ -196,27 +204,27 @@ TEST_CASE("python module: CUDA error feedback follows the host's, and their stat
     want.resize(host_ef->compress(host, gz::span<const float>(g), gz::span<std::byte>(want), {step, 0}));
     device_vector<float> dg(g);
     device_vector<std::byte> out(bound);
-    const std::size_t bytes = dev_ef->compress(*exec, gz::span<const float>(dg.data, n), out.view(), {step, 0});
+    const std::size_t bytes = dev_ef->compress(*exec, stream.handle(), gz::span<const float>(dg.data, n), out.view(), {step, 0});
     GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream.s));
     INFO("step " << step);
     REQUIRE(bytes == want.size());
     CHECK(out.download(bytes) == want);
   }
-  const std::vector<std::byte> saved = dev_ef->save(*exec);
+  const std::vector<std::byte> saved = dev_ef->save(*exec, stream.handle());
   CHECK(saved == host_ef->save(host));
   // A fresh device feedback restored from the host's state continues as the host does.
   auto resumed = erased.device()->error_feedback(*exec, n);
-  resumed->restore(*exec, gz::span<const std::byte>(saved));
+  resumed->restore(*exec, stream.handle(), gz::span<const std::byte>(saved));
   const std::vector<float> g = gradient(n, 77);
   std::vector<std::byte> want(bound);
   want.resize(host_ef->compress(host, gz::span<const float>(g), gz::span<std::byte>(want), {9, 0}));
   device_vector<float> dg(g);
   device_vector<std::byte> out(bound);
-  const std::size_t bytes = resumed->compress(*exec, gz::span<const float>(dg.data, n), out.view(), {9, 0});
+  const std::size_t bytes = resumed->compress(*exec, stream.handle(), gz::span<const float>(dg.data, n), out.view(), {9, 0});
   GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream.s));
   REQUIRE(bytes == want.size());
   CHECK(out.download(bytes) == want);
   // A state for another size is refused with the library's message, changing nothing.
   auto other = erased.device()->error_feedback(*exec, n + 1);
-  CHECK_THROWS_AS(other->restore(*exec, gz::span<const std::byte>(saved)), gz::format_error);
+  CHECK_THROWS_AS(other->restore(*exec, stream.handle(), gz::span<const std::byte>(saved)), gz::format_error);
 }

@@ -35,7 +35,9 @@
 #include "gradzip/core/config.hpp"
 #include "gradzip/wire/format.hpp"
 
-#if defined(__SSE4_1__) && !defined(__CUDACC__)
+// The SSE4.1 group decoder exists in host code, nvcc's host pass included (a .cu file's host
+// decodes, the Python module's CUDA build); never in device code.
+#if defined(__SSE4_1__) && !defined(__CUDA_ARCH__)
 #include <smmintrin.h>
 #define GRADZIP_DELTA_VARINT_SSE 1
 #endif

@@ -2,8 +2,8 @@
 
 A codec turns a float32 tensor into one self-describing ``uint8`` payload and back, with the same
 bytes as gradzip's C++ ``codec<...>::compress``. CPU tensors run on the host executor; CUDA
-tensors (in a module built with CUDA: ``gradzip.Codec(...).cuda``) run on ``gradzip::cuda`` on
-torch's current stream, and the payload stays on the GPU. Choose a codec with a spec string or
+tensors (in a module built with CUDA: ``gradzip.Codec(...).cuda``) run on ``gradzip::cuda``,
+ordered with torch's current stream, and the payload stays on the GPU. Choose a codec with a spec string or
 the small classes below::
 
     import torch, gradzip
@@ -321,7 +321,8 @@ def _as_payload(p: Any) -> Any:
 
 def _stream(x: Any) -> int:
     """torch's current stream on x's CUDA device (as an integer), 0 for anything else: the stream
-    a CUDA call runs on, ordered after whatever torch queued there."""
+    a CUDA call is ordered with (it starts after what torch queued there, and what torch queues
+    there next starts after it)."""
     if _is_torch(x) and x.is_cuda:
         import torch
         return torch.cuda.current_stream(x.device).cuda_stream
@@ -344,8 +345,8 @@ def _device_index(device: Any) -> int:
 class Codec:
     """A gradzip codec on float32 tensors or arrays (any shape, contiguous).
 
-    CPU tensors and numpy arrays run on the host; CUDA tensors on their GPU, on torch's current
-    stream there (every array of a call on one device; see :attr:`cuda`). A CUDA decode checks the
+    CPU tensors and numpy arrays run on the host; CUDA tensors on their GPU, ordered with torch's
+    current stream there (every array of a call on one device; see :attr:`cuda`). A CUDA decode checks the
     payload on the GPU and then waits for its stream, so that a bad payload raises from the call.
 
     ``threads``: OpenMP threads per host call (1 by default: DDP runs a process per core or per GPU).

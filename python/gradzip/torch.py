@@ -20,8 +20,8 @@
 
 **Devices.** ``gradzip_hook`` takes float32 buckets on the CPU (Gloo) and, in a module built
 with CUDA (``gradzip.Codec(...).cuda``), on a GPU (NCCL): payloads, residuals and the collectives'
-buffers then stay on the bucket's device, and each codec call runs on torch's current stream
-there. ``powersgd_hook`` takes CPU buckets.
+buffers then stay on the bucket's device, and each codec call is ordered with torch's current
+stream there. ``powersgd_hook`` takes CPU buckets.
 
 **Collectives are issued from the hook, in bucket order,** never from a future's callback: with
 several buckets in flight, every rank then issues the same collectives in the same order.

@@ -194,6 +194,11 @@ def matches(pattern, mangled):
     return all(part in mangled for part in pattern.split("&"))
 
 
+def excepted(entries, mangled):
+    """Whether an exception list (load_allowed) names the kernel."""
+    return any(matches(p, mangled) for p, _ in entries)
+
+
 def load_allowed(path):
     allowed = []
     if path:
@@ -270,19 +275,16 @@ def main():
                                 f"> {REGISTERS_PER_BLOCK}: the launch fails with cudaErrorLaunchOutOfResources")
             if u["smem"] > STATIC_SHARED_LIMIT:
                 problems.append(f"{sm} {pretty}: {u['smem']} bytes of static shared memory > {STATIC_SHARED_LIMIT}")
-            if u["spill_stores"] or u["spill_loads"]:
-                reason = next((r for p, r in allowed if matches(p, mangled)), None)
-                if reason is None:
-                    problems.append(f"{sm} {pretty}: spills ({u['spill_stores']} bytes stored, {u['spill_loads']} "
-                                    f"loaded) to local memory")
-            if threads > 1 and u["stack"] and next((r for p, r in stack_allowed if matches(p, mangled)), None) is None:
+            if (u["spill_stores"] or u["spill_loads"]) and not excepted(allowed, mangled):
+                problems.append(f"{sm} {pretty}: spills ({u['spill_stores']} bytes stored, {u['spill_loads']} "
+                                f"loaded) to local memory")
+            if threads > 1 and u["stack"] and not excepted(stack_allowed, mangled):
                 problems.append(f"{sm} {pretty}: a {u['stack']}-byte stack frame (local memory: an array indexed at "
                                 f"run time, or a struct copied whole) in a kernel of {threads} threads")
             occupancy = register_occupancy(u["regs"], threads)
-            if threads >= 64 and occupancy < MIN_OCCUPANCY:
-                if next((r for p, r in low_occupancy if matches(p, mangled)), None) is None:
-                    problems.append(f"{sm} {pretty}: {u['regs']} registers at {threads} threads per block leave "
-                                    f"{occupancy:.0%} occupancy (< {MIN_OCCUPANCY:.0%})")
+            if threads >= 64 and occupancy < MIN_OCCUPANCY and not excepted(low_occupancy, mangled):
+                problems.append(f"{sm} {pretty}: {u['regs']} registers at {threads} threads per block leave "
+                                f"{occupancy:.0%} occupancy (< {MIN_OCCUPANCY:.0%})")
             for pattern, what, p, reason in wide:
                 if matches(p, mangled) and not has_access(ptx[arch], mangled, pattern):
                     problems.append(f"{sm} {pretty}: no {what} ({reason})")

@@ -191,13 +191,8 @@ class erased_device_codec final : public any_device_codec {
   void decompress_add_all(device_executor& d, std::uintptr_t stream, payloads all, gz::span<float> accum,
                           float alpha) const override {
     call_scope call(d, stream);
-    if constexpr (detail::is_codec<Codec>) {
-      try {  // every check first, then each add
-        detail::decode_and_check(d, [&] { codec_.decompress_add_all(d.exec(), all, accum, alpha); });
-      } catch (const gz::format_error&) {
-        name_first_bad(d, all, accum.size());
-        throw;  // none fails alone (not expected: the checks are per payload)
-      }
+    if constexpr (detail::is_codec<Codec>) {  // every check first, then each add
+      decode_all_and_check(d, all, accum.size(), [&] { codec_.decompress_add_all(d.exec(), all, accum, alpha); });
     } else {
       // SimHash and the rotations have no check-only pass: the payloads are added into a copy of
       // accum, each checked as it goes, and the copy is written back once all have passed.
@@ -212,12 +207,7 @@ class erased_device_codec final : public any_device_codec {
     GRADZIP_EXPECTS(!all.empty(), "decompress_all: no payloads");
     call_scope call(d, stream);
     if constexpr (detail::is_codec<Codec>) {
-      try {
-        detail::decode_and_check(d, [&] { codec_.decompress_all(d.exec(), all, out); });
-      } catch (const gz::format_error&) {
-        name_first_bad(d, all, out.size());
-        throw;  // none fails alone
-      }
+      decode_all_and_check(d, all, out.size(), [&] { codec_.decompress_all(d.exec(), all, out); });
     } else {
       gz::span<float> sum = d.spare(out.size());
       detail::name_bad_payload(all.size(), [&](std::size_t m) {
@@ -237,12 +227,19 @@ class erased_device_codec final : public any_device_codec {
   }
 
  private:
-  /// After a failed multi-payload decode (the output unchanged): checks the payloads one at a
-  /// time and throws the first bad one's error with its position.
-  void name_first_bad(device_executor& d, payloads all, std::size_t n) const {
-    detail::name_bad_payload(all.size(), [&](std::size_t m) {
-      detail::decode_and_check(d, [&] { gz::detail::payload_backend<gz::cuda>::check(d.exec(), codec_, all[m], n); });
-    });
+  /// A multi-payload decode of the library's (every check queued before any write), raised here.
+  /// After a failure (the output unchanged) the payloads are checked one at a time, so that the
+  /// first bad one's error is thrown with its position.
+  template <class F>
+  void decode_all_and_check(device_executor& d, payloads all, std::size_t n, F&& decode) const {
+    try {
+      detail::decode_and_check(d, decode);
+    } catch (const gz::format_error&) {
+      detail::name_bad_payload(all.size(), [&](std::size_t m) {
+        detail::decode_and_check(d, [&] { gz::detail::payload_backend<gz::cuda>::check(d.exec(), codec_, all[m], n); });
+      });
+      throw;  // none fails alone (not expected: the checks are per payload)
+    }
   }
 
   /// A copy of x in the executor's spare buffer (stream-ordered).

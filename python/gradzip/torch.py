@@ -47,7 +47,10 @@ state (residual and warm-start Q) is kept per unit and starts afresh when its un
 as PyTorch's does when a bucket changes.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import atexit
+import gc
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -61,9 +64,53 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.
 Unit = Tuple[int, ...]
 
 
+class _Callback:
+    """A hook's future callback, counted until torch lets it go.
+
+    Torch frees a ``then`` callback on the thread that completed its future (one of Gloo's, for a
+    CPU collective), taking the GIL in a destructor to do so. If the interpreter has begun to exit
+    by then, Python stops that thread inside the destructor and the process aborts ("terminate
+    called without an active exception"). DDP keeps its process group, and so Gloo's threads,
+    alive past ``destroy_process_group``, so the last step's callbacks race the script's exit on a
+    busy machine (PyTorch's own hooks too). :func:`_wait_for_callbacks` runs at exit, before the
+    interpreter finalizes, and waits until torch has let every callback go."""
+
+    held: Set[int] = set()
+
+    def __init__(self, fn: Callable[[torch.futures.Future], Any]) -> None:
+        self.fn = fn
+        type(self).held.add(id(self))
+
+    def __call__(self, fut: torch.futures.Future) -> Any:
+        return self.fn(fut)
+
+    def __del__(self) -> None:
+        type(self).held.discard(id(self))
+
+
+# How long the exit waits for torch to let go of callbacks: a future that never completes (a
+# collective left in flight by an error) must not hold the exit for longer.
+_EXIT_WAIT_S = 5.0
+
+
+def _wait_for_callbacks() -> None:
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    gc.collect()  # a callback kept by a reference cycle (an exception's traceback) is let go here
+    while _Callback.held and time.monotonic() < deadline:
+        time.sleep(0.001)  # releases the GIL, which Gloo's thread needs to let its callback go
+
+
+atexit.register(_wait_for_callbacks)
+
+
+def _then(fut: torch.futures.Future, fn: Callable[[torch.futures.Future], Any]) -> torch.futures.Future:
+    """``fut.then(fn)``, with the exit waiting until torch has let ``fn`` go (see :class:`_Callback`)."""
+    return fut.then(_Callback(fn))
+
+
 def _allreduce_average(group: Any, world: int, buf: torch.Tensor) -> torch.futures.Future:
     fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0].div_(world))
+    return _then(fut, lambda f: f.value()[0].div_(world))
 
 
 class _Counters:
@@ -193,7 +240,7 @@ def _collect(futures: List[torch.futures.Future], finish: Callable[[], torch.Ten
         for f in fut.value():
             f.wait()  # raises a callback's error
         return finish()
-    return torch.futures.collect_all(futures).then(done)
+    return _then(torch.futures.collect_all(futures), done)
 
 
 class GradzipState(_HookState):
@@ -312,7 +359,7 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
             b.scatter(unit, out)
             return b.finished()
 
-        return dist.all_reduce(values, group=group, async_op=True).get_future().then(decode_sum)
+        return _then(dist.all_reduce(values, group=group, async_op=True).get_future(), decode_sum)
 
     if codec.fixed_size:  # every rank's payload has `size` bytes: one all_gather
         received = [torch.empty(size, dtype=torch.uint8, device=device) for _ in range(world)]
@@ -342,7 +389,7 @@ def _compress_unit(state: GradzipState, unit: Unit, b: _Bucket, step: int, group
         b.scatter(unit, out.div_(world))
         return b.finished()
 
-    return fut.then(decode)
+    return _then(fut, decode)
 
 
 def gradzip_hook(state: GradzipState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -373,7 +420,7 @@ def _allreduce_unit(state: _HookState, unit: Unit, b: _Bucket, group: Any, world
         b.scatter(unit, x.div_(world))
         return b.finished()
 
-    return dist.all_reduce(x, group=group, async_op=True).get_future().then(average)
+    return _then(dist.all_reduce(x, group=group, async_op=True).get_future(), average)
 
 
 def _bucket_future(futures: List[torch.futures.Future], b: _Bucket) -> torch.futures.Future:
@@ -480,7 +527,7 @@ def _powersgd_unit(state: PowerSGDState, unit: Unit, b: _Bucket, step: int, grou
         f.wait()
         return finish()
 
-    return futures[0].then(after_q)
+    return _then(futures[0], after_q)
 
 
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -980,6 +980,35 @@ TEST_CASE("cuda count sketch equals the host's bytes and estimates alike", "[gpu
   CHECK(est.download() == std::vector<float>(10, 7.0f));
 }
 
+TEST_CASE("cuda count sketch estimates equal the host's bits at every row count, poisoned cells included", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  // Rows 1 to 7 each have a kernel whose median network is unrolled; 8 and more share the one
+  // that takes the row count at run time. Even counts average the two middle values. A NaN
+  // gradient poisons a cell of every row, so the network meets NaNs in every position.
+  std::vector<float> x = gradzip_tools::synthetic_gradient<float>(5003, 9);
+  for (std::size_t i : {std::size_t{3}, std::size_t{1700}, std::size_t{4999}}) x[i] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = std::numeric_limits<float>::infinity();
+  for (std::uint32_t rows : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 31u}) {
+    const gz::sketch::count_sketch cs{rows, 211, 40 + rows};
+    std::vector<std::byte> table(cs.payload_bytes(x.size()));
+    cs.compress(host, gz::span<const float>(x), gz::span<std::byte>(table));
+    std::vector<float> want(x.size());
+    cs.estimate(host, gz::span<const std::byte>(table), gz::span<float>(want));
+    device_vector<std::byte> dt(table);
+    device_vector<float> got(x.size());
+    cs.estimate(dev, gz::span<const std::byte>(dt.data, table.size()), got.view());
+    dev.check();
+    INFO("rows " << rows);
+    const auto nans = std::count_if(want.begin(), want.end(), [](float v) { return std::isnan(v); });
+    CHECK(nans > 0);
+    CHECK(nans < static_cast<std::ptrdiff_t>(want.size()));
+    const auto estimates = got.download();
+    CHECK(output_difference(estimates.data(), want.data(), want.size()) == "");
+  }
+}
+
 TEST_CASE("cuda count sketch merge and unsketch equal the host's", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

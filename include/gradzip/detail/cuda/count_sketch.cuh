@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
+#include <utility>
 
 #include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/sketch/count_sketch.hpp"
@@ -32,6 +33,27 @@ void frame_kernel(std::uint8_t* base, std::uint64_t n, std::uint32_t rows, std::
                   std::uint64_t seed) {
   cs::write_frame(base, n, rows, columns, seed);
 }
+
+/// Every row's multiply-shift function, in shared memory: each thread of the block reads row r's
+/// words at the same address (a broadcast). A per-thread array indexed by a run-time row would
+/// sit in local memory, stored per thread and loaded per element and row.
+struct row_hash_table {
+  std::uint64_t words[3 * cs::max_rows];  // row r's (a0, a1, b)
+
+  /// Every thread of the block calls it (it synchronizes); blockDim.x >= rows.
+  __device__ void load(std::uint64_t seed, std::uint32_t rows) {
+    if (threadIdx.x < rows) {
+      const multiply_shift f = cs::row_hash(seed, threadIdx.x);
+      words[3 * threadIdx.x] = f.a0;
+      words[3 * threadIdx.x + 1] = f.a1;
+      words[3 * threadIdx.x + 2] = f.b;
+    }
+    __syncthreads();
+  }
+  __device__ multiply_shift operator[](std::uint32_t r) const { return {words[3 * r], words[3 * r + 1], words[3 * r + 2]}; }
+};
+static_assert(cell_policy::threads >= cs::max_rows && input_policy::threads >= cs::max_rows,
+              "row_hash_table::load: a thread per row");
 
 /// max(a, b) for cub::BlockReduce.
 struct max_op {
@@ -68,14 +90,8 @@ template <class T>
 __global__ __launch_bounds__(input_policy::threads)
 void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bits, std::uint64_t seed,
                        std::uint32_t rows, std::uint64_t columns, unsigned long long* cells, std::uint32_t* poison) {
-  __shared__ std::uint64_t words[3 * cs::max_rows];  // row r's multiply_shift (a0, a1, b)
-  if (threadIdx.x < rows) {
-    const multiply_shift f = cs::row_hash(seed, threadIdx.x);
-    words[3 * threadIdx.x] = f.a0;
-    words[3 * threadIdx.x + 1] = f.a1;
-    words[3 * threadIdx.x + 2] = f.b;
-  }
-  __syncthreads();
+  __shared__ row_hash_table hashes;
+  hashes.load(seed, rows);
   const fixed_point fp = fixed_point::for_values(*max_bits, n);
   const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs; run += stride) {
@@ -92,8 +108,7 @@ void accumulate_kernel(const T* x, std::uint64_t n, const std::uint32_t* max_bit
       if (finite && q == 0) continue;  // adds nothing
       const std::uint64_t i = e.first + k;
       for (std::uint32_t r = 0; r < rows; ++r) {
-        const multiply_shift f{words[3 * r], words[3 * r + 1], words[3 * r + 2]};
-        const std::uint32_t h = f(i);
+        const std::uint32_t h = hashes[r](i);
         const std::uint64_t cell = r * columns + cs::bucket_of(h, columns);
         if (finite) {
           atomicAdd(cells + cell, static_cast<unsigned long long>(cs::signed_fixed(q, h)));
@@ -198,25 +213,63 @@ void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_
   }
 }
 
-template <class T>
-__global__ __launch_bounds__(cell_policy::threads)
+/// Row counts up to this one get an estimate kernel of their own, whose row values and median
+/// network are registers; more rows (up to cs::max_rows) share one whose values are in local
+/// memory, the row count being a run-time value there.
+inline constexpr std::uint32_t unrolled_rows = 7;
+
+/// The median over `rows` (R when R != 0) of s_r(i) table[r][h_r(i)]: the host's network of
+/// compare-exchanges (count_sketch::median), so the same float, NaN included.
+template <std::uint32_t R>
+__device__ inline float median_estimate(const float* cells, const row_hash_table& hashes, std::uint32_t rows,
+                                        std::uint64_t columns, std::uint64_t i) {
+  const auto value = [&](std::uint32_t r) {
+    const std::uint32_t h = hashes[r](i);
+    return cs::apply_sign(cells[r * columns + cs::bucket_of(h, columns)], h);
+  };
+  if constexpr (R != 0) {
+    float v[R];
+#pragma unroll
+    for (std::uint32_t r = 0; r < R; ++r) v[r] = value(r);
+    return cs::median(v, R);
+  } else {
+    float v[cs::max_rows];
+    for (std::uint32_t r = 0; r < rows; ++r) v[r] = value(r);
+    return cs::median(v, rows);
+  }
+}
+
+/// The estimate kernels' register budget: 64 per thread at 256 threads (4 blocks per SM, 50 %
+/// occupancy). Without it, ptxas gave 7 rows 64 registers and 8 rows 74 (3 blocks; 8 rows spill
+/// under the budget, so they take the run-time kernel).
+inline constexpr unsigned estimate_min_blocks_per_sm = 4;
+
+/// out[i] <- element i's estimate; R: the row count when it is at most unrolled_rows, else 0.
+template <class T, std::uint32_t R>
+__global__ __launch_bounds__(cell_policy::threads, estimate_min_blocks_per_sm)
 void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t rows,
                      std::uint64_t columns, std::uint64_t seed, const wire::status* st) {
+  static_assert(R <= unrolled_rows, "estimate_kernel: R is 0 or a row count up to unrolled_rows");
   if (st->code != wire::format_errc::ok) return;  // validation (or an earlier decode) failed: change nothing
   std::uint64_t table = 0;
   if (!parse_table(bytes, size, n, rows, columns, seed, table, nullptr)) return;
   const auto* cells = reinterpret_cast<const float*>(bytes + table);
-  multiply_shift f[cs::max_rows];
-  cs::row_hashes(seed, rows, f);
+  __shared__ row_hash_table hashes;
+  hashes.load(seed, rows);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float row_values[cs::max_rows];
-    for (std::uint32_t r = 0; r < rows; ++r) {
-      const std::uint32_t h = f[r](i);
-      row_values[r] = cs::apply_sign(cells[r * columns + cs::bucket_of(h, columns)], h);
-    }
-    out[i] = from_double<T>(cs::median(row_values, rows));
+    out[i] = from_double<T>(median_estimate<R>(cells, hashes, rows, columns, i));
   }
+}
+
+/// The estimate kernel for this many rows.
+template <class T, std::uint32_t... R>
+constexpr auto estimate_kernel_for(std::uint32_t rows, std::integer_sequence<std::uint32_t, R...>) {
+  using kernel = void (*)(const std::uint8_t*, std::uint64_t, T*, std::uint64_t, std::uint32_t, std::uint64_t,
+                          std::uint64_t, const wire::status*);
+  kernel k = estimate_kernel<T, 0>;
+  ((rows == R + 1 ? (k = estimate_kernel<T, R + 1>, 0) : 0), ...);
+  return k;
 }
 
 }  // namespace count_sketch_device
@@ -307,7 +360,9 @@ struct count_sketch_backend<cuda> {
     launch(count_sketch_device::validate_kernel<>, 1, 32, 0, exec.stream(),
            reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(), estimates.size(), s.rows(), s.columns(),
            s.seed(), exec.status_word());
-    launch_over<cells_policy>(exec, estimates.size(), count_sketch_device::estimate_kernel<T>,
+    const auto kernel = count_sketch_device::estimate_kernel_for<T>(
+        s.rows(), std::make_integer_sequence<std::uint32_t, count_sketch_device::unrolled_rows>{});
+    launch_over<cells_policy>(exec, estimates.size(), kernel,
                               reinterpret_cast<const std::uint8_t*>(sketch.data()), sketch.size(),
                               estimates.data(), estimates.size(), s.rows(), s.columns(), s.seed(),
                               exec.status_word());

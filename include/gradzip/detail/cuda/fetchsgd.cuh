@@ -41,13 +41,13 @@ __global__ __launch_bounds__(fetchsgd_policy::threads)
 void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
                         std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;
-  multiply_shift f[cs::max_rows];
-  cs::row_hashes(seed, rows, f);
+  __shared__ count_sketch_device::row_hash_table hashes;
+  hashes.load(seed, rows);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     if (delta[i] == 0.0f) continue;
     for (std::uint32_t r = 0; r < rows; ++r) {
-      const std::uint64_t j = r * columns + cs::bucket_of(f[r](i), columns);
+      const std::uint64_t j = r * columns + cs::bucket_of(hashes[r](i), columns);
       atomicExch(velocity + j, 0.0f);
       atomicExch(error + j, 0.0f);
     }

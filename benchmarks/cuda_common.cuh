@@ -22,6 +22,13 @@ inline bool has_gpu() {
   return count > 0;
 }
 
+/// True, after marking the benchmark skipped, where no GPU is found.
+inline bool skip_without_gpu(benchmark::State& state) {
+  if (has_gpu()) return false;
+  state.SkipWithError("no CUDA device");
+  return true;
+}
+
 /// Timed runs per benchmark (after one warm-up): the median of these is reported.
 inline constexpr int timed_runs = 60;
 

@@ -14,10 +14,7 @@ using namespace gradzip_bench;
 
 template <class Codec, bool Decompress>
 void BM_cuda_fusion(benchmark::State& state) {
-  if (!has_gpu()) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   gradzip::cuda exec;
   gradzip::fusion::fused_compressor<Codec, float, gradzip::cuda> fc(exec, make_codec<Codec>(), resnet50_layout(state.range(0)),
                                                                     gradzip::fusion::state::none);

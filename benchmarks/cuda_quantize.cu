@@ -22,10 +22,7 @@ using uniform4_stochastic = q::uniform<4, q::rounding::stochastic>;
 
 template <class Values, class T, bool Decompress>
 void BM_cuda_quantize(benchmark::State& state) {
-  if (!has_gpu()) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   gradzip::cuda exec;
   const dense<Values> c{{}, Values{7}};

@@ -33,12 +33,6 @@ struct device_array {
   gz::span<T> view() const { return gz::span<T>(data, size); }
 };
 
-bool skip_without_gpu(benchmark::State& state) {
-  if (has_gpu()) return false;
-  state.SkipWithError("no CUDA device");
-  return true;
-}
-
 void report_roofline(benchmark::State& state, std::size_t copy_bytes, cudaStream_t stream) {
   state.counters["copy_GBps"] = copy_roofline(copy_bytes, stream) / 1e9;
   state.counters["roofline"] = state.counters["input_GBps"] / state.counters["copy_GBps"];

@@ -8,7 +8,11 @@
 // device" and skips.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 
+#include "common/topk_pairs.cuh"
 #include "cuda_common.cuh"
 
 #if __has_include(<cub/device/device_topk.cuh>)
@@ -28,10 +32,7 @@ namespace gz = gradzip;
 /// inside the timed call); otherwise compress, which copies a data-dependent count to the host.
 template <class T, bool Async = false, class Codec>
 void sparsify_bench(benchmark::State& state, const Codec& c) {
-  if (!has_gpu()) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   gz::cuda exec;
   T* x = upload_gradient<T>(n);
@@ -102,6 +103,73 @@ void BM_cuda_topk_automatic(benchmark::State& state) {
                                    gz::sparsify::topk::ratio(0.01)});
 }
 
+/// Records an event after each of cuda_topk's launches, named by the launch and its occurrence
+/// ("histogram1": the second histogram pass).
+struct phase_events {
+  cudaStream_t stream;
+  std::vector<std::pair<std::string, cudaEvent_t>>* events;
+  void operator()(const char* name) const {
+    int seen = 0;
+    for (const auto& e : *events) seen += e.first.rfind(name, 0) == 0;
+    cudaEvent_t event;
+    GRADZIP_CUDA_TRY(cudaEventCreate(&event));
+    GRADZIP_CUDA_TRY(cudaEventRecord(event, stream));
+    events->emplace_back(name + std::to_string(seen), event);
+  }
+};
+
+/**
+ * Exact top-k at 1 % (fp32), each kernel timed between events: a counter `<launch>_us` per
+ * launch (median over runs), under both ways of counting digits (topk_counting). The H100 ran
+ * the whole select at 0.32 TB/s against a model of 1.1 (docs/performance.md): this says which
+ * kernel holds the time, and whether __match_any_sync pays for itself.
+ */
+template <gz::detail::topk_counting Counting>
+void BM_cuda_topk_phases(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
+  gz::cuda exec;
+  float* x = upload_gradient<float>(n);
+  std::uint64_t* index = nullptr;
+  float* values = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
+  GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
+  exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
+  std::vector<std::pair<std::string, cudaEvent_t>> events;
+  std::map<std::string, std::vector<double>> phases;
+  const auto run = [&] {
+    events.clear();
+    phase_events marks{exec.stream(), &events};
+    marks("start");
+    gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
+                                    marks);
+  };
+  run();  // warm-up
+  for (auto& e : events) cudaEventDestroy(e.second);
+  std::vector<double> totals;
+  for (auto _ : state) {
+    flush_l2(exec.stream());
+    run();
+    GRADZIP_CUDA_TRY(cudaEventSynchronize(events.back().second));
+    for (std::size_t p = 1; p < events.size(); ++p) {
+      float ms = 0;
+      GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, events[p - 1].second, events[p].second));
+      phases[events[p].first].push_back(ms * 1e3);
+    }
+    float total = 0;
+    GRADZIP_CUDA_TRY(cudaEventElapsedTime(&total, events.front().second, events.back().second));
+    totals.push_back(total / 1e3);
+    state.SetIterationTime(totals.back());
+    for (auto& e : events) cudaEventDestroy(e.second);
+  }
+  for (const auto& [name, us] : phases) state.counters[name + "_us"] = median_of(us);
+  state.counters["median_us"] = median_of(totals) * 1e6;
+  state.counters["input_GBps"] = static_cast<double>(n * sizeof(float)) / median_of(totals) / 1e9;
+  cudaFree(values);
+  cudaFree(index);
+  cudaFree(x);
+}
+
 #if defined(GRADZIP_BENCH_CUB_TOPK)
 struct magnitude_of {
   __device__ float operator()(float v) const { return fabsf(v); }
@@ -109,10 +177,7 @@ struct magnitude_of {
 
 /// The peer: cub::DeviceTopK::MaxPairs over |x| with the indices as values, k = 1 %.
 void BM_cub_device_topk(benchmark::State& state) {
-  if (!has_gpu()) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
   gz::cuda exec;
   float* x = upload_gradient<float>(n);
@@ -148,6 +213,10 @@ BENCHMARK(BM_cub_device_topk)->Apply(device_axis)->UseManualTime()->Unit(benchma
 #endif
 BENCHMARK_TEMPLATE(BM_cuda_topk, float)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk, __nv_bfloat16)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any)
+    ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element)
+    ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_sampled_topk)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_sampled_topk_async)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_threshold)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);

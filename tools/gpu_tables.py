@@ -34,7 +34,8 @@ def table(runs, prefixes, sizes=(1 << 20, 1 << 24, 1 << 28)):
     names = []
     for k in runs:
         base = k.rsplit("/", 1)[0]
-        if k.rsplit("/", 1)[-1].isdigit() and base.startswith(prefixes) and base not in names:
+        if (k.rsplit("/", 1)[-1].isdigit() and base.startswith(prefixes) and "_phases" not in base
+                and base not in names):
             names.append(base)
     head = "| benchmark | " + " | ".join(f"{size_label(n)} µs" for n in sizes)
     head += f" | {size_label(sizes[-1])} input GB/s | total IO GB/s | of copy |"
@@ -61,6 +62,23 @@ def fusion(runs):
             if all(m):
                 lines.append(f"| {codec} | {call} | " + " | ".join(f"{r['median_us']:.1f} ({r['calls']:.0f})" for r in m) +
                              f" | {m[0]['median_us'] / m[2]['median_us']:.1f}x |")
+    return "\n".join(lines)
+
+
+TOPK_LAUNCHES = ("init0", "histogram0", "select0", "compact0", "select1", "histogram1", "select2", "emit0")
+
+
+def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
+    """BM_cuda_topk_phases: each launch's median µs, under each way of counting digits."""
+    found = [(k, r) for k, r in runs.items() if k.startswith("BM_cuda_topk_phases") and int(k.rsplit("/", 1)[-1]) in sizes]
+    launches = list(TOPK_LAUNCHES) + sorted({c[:-3] for _, r in found for c in r if c.endswith("_us")} -
+                                             set(TOPK_LAUNCHES) - {"median"})
+    lines = ["| counting | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 3)]
+    for k, r in found:
+        counting = k.split("::")[-1].split(">")[0]
+        cells = [f"{r[f'{c}_us']:.1f}" if f"{c}_us" in r else "" for c in launches]
+        lines.append(f"| {counting} | {size_label(int(k.rsplit('/', 1)[-1]))} | " + " | ".join(cells) +
+                     f" | {r['median_us']:.1f} |")
     return "\n".join(lines)
 
 
@@ -100,6 +118,7 @@ def main():
                             ("Sketches, hashing, partition", ("BM_cuda_count", "BM_cuda_fetchsgd", "BM_cuda_simhash",
                                                               "BM_cuda_hashed", "BM_cuda_partition"))]:
         print(f"\n### {title}\n\n{table(runs, prefixes)}")
+    print(f"\n### Exact top-k, kernel by kernel (1 %, fp32)\n\n{topk_phases(runs)}")
     print(f"\n### Fusion groups\n\n{fusion(runs)}")
     print(f"\n### Zen sparse_sync, one step on one rank, 1 % nonzeros\n\n{sparse_sync(runs)}")
     print(f"\n### PyTorch beside gradzip\n\n{peers(directory, runs)}")

@@ -19,6 +19,7 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "common/thread_communicator.hpp"
+#include "common/topk_pairs.cuh"
 #include "device/device_helpers.cuh"
 #include "gradzip/gradzip.cuh"
 
@@ -192,6 +193,61 @@ TEST_CASE("cuda topk: candidate list or x, early stops, ties across tiles", "[gp
   check_parity(stops, topk{gz::sparsify::topk::count(1500)}, exec);
   check_parity(stops, topk{gz::sparsify::topk::count(1499)}, exec);  // no whole bin: resolved at the last digit
   check_parity(gradzip_tools::synthetic_gradient<double>(70001, 3), topk{gz::sparsify::topk::count(700)}, exec);
+}
+
+namespace {
+
+/// The indices of x's k largest magnitudes, ties to the lower index, in ascending order.
+std::vector<std::uint64_t> topk_reference(const std::vector<float>& x, std::uint64_t k) {
+  std::vector<std::uint64_t> order(x.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::uint64_t a, std::uint64_t b) { return std::abs(x[a]) > std::abs(x[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+template <gz::detail::topk_counting Counting>
+std::vector<std::uint64_t> device_topk(const std::vector<float>& x, std::uint64_t k, gz::cuda& dev,
+                                       std::vector<std::string>& marks) {
+  device_vector<float> dx(x);
+  device_vector<std::uint64_t> index(k);
+  device_vector<float> values(k);
+  marks.clear();
+  gz::detail::cuda_topk<Counting>(dev, gz::span<const float>(dx.data, x.size()), k,
+                                  gradzip_tools::topk_pair_sink{index.data, values.data},
+                                  [&](const char* name) { marks.emplace_back(name); });
+  dev.check();
+  const auto i = index.download();
+  const auto v = values.download();
+  std::size_t wrong_values = 0;
+  for (std::size_t j = 0; j < k; ++j) wrong_values += i[j] >= x.size() || std::memcmp(&v[j], &x[i[j]], sizeof(float)) != 0;
+  CHECK(wrong_values == 0);
+  return i;
+}
+
+}  // namespace
+
+TEST_CASE("cuda topk counts digits alike by match_any and per element, and marks each launch", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  using gz::detail::topk_counting;
+  std::vector<float> ties(600000, 0.001f);  // ties at T across many tiles (as the test above)
+  for (std::size_t i = 0; i < ties.size(); i += 17) ties[i] = -2.0f;
+  for (std::size_t i = 5; i < ties.size(); i += 17) ties[i] = 1.0f;
+  const auto g = gradzip_tools::synthetic_gradient<float>(70001, 5);
+  const std::vector<std::string> fp32_launches = {"init", "histogram", "select", "compact", "select", "histogram",
+                                                  "select", "emit"};
+  for (const auto& [x, k] : {std::pair<const std::vector<float>&, std::uint64_t>{g, 1}, {g, 700}, {g, 70001},
+                             {ties, 50000}}) {
+    INFO("n " << x.size() << ", k " << k);
+    const auto want = topk_reference(x, k);
+    std::vector<std::string> marks;
+    CHECK(device_topk<topk_counting::match_any>(x, k, dev, marks) == want);
+    CHECK(marks == fp32_launches);
+    CHECK(device_topk<topk_counting::per_element>(x, k, dev, marks) == want);
+    CHECK(marks == fp32_launches);
+  }
 }
 
 TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {

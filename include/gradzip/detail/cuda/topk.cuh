@@ -88,12 +88,30 @@ __device__ inline unsigned digit_of(Key key, Key prefix, Key mask, radix_digit d
   return (key & mask) == prefix ? static_cast<unsigned>((key >> d.shift) & ((Key{1} << d.width) - 1)) : topk_no_digit;
 }
 
-/// Warp-aggregated shared histogram: the lanes holding one digit add their count with one atomic.
-/// Every lane of the warp calls it together (the callers' loops are block-uniform).
+/**
+ * How the histogram passes count a warp's digits into the shared bins:
+ * - `match_any`: `__match_any_sync` groups the lanes holding one digit, and one of them adds the
+ *   group's count: one atomic per distinct digit, at the cost of a match per warp and element;
+ * - `per_element`: each lane adds 1 to its digit's bin (AIR top-k's and CUB's histograms): one
+ *   atomic per element, lanes of one digit serialized.
+ * The counts are the same integers either way. Which is faster is a GPU's to say: the H100 ran
+ * the select at 0.32 TB/s of input against a model of 1.1, and `gradzip_bench_cuda`'s
+ * `cuda_topk_phases` times each kernel under both (docs/performance.md, "Exact top-k").
+ */
+enum class topk_counting { match_any, per_element };
+inline constexpr topk_counting topk_default_counting = topk_counting::match_any;
+
+/// Adds a lane's digit (topk_no_digit: none) to the shared bins. Every lane of the warp calls it
+/// together (the callers' loops are block-uniform).
+template <topk_counting Counting>
 __device__ inline void add_digit(unsigned* bins, unsigned digit) {
-  const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
-  if (digit != topk_no_digit && threadIdx.x % 32 == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
-    atomicAdd(&bins[digit], static_cast<unsigned>(__popc(peers)));
+  if constexpr (Counting == topk_counting::match_any) {
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+    if (digit != topk_no_digit && threadIdx.x % 32 == static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1)) {
+      atomicAdd(&bins[digit], static_cast<unsigned>(__popc(peers)));
+    }
+  } else {
+    if (digit != topk_no_digit) atomicAdd(&bins[digit], 1u);
   }
 }
 
@@ -119,7 +137,7 @@ void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
 
 /// Histogram of digit d over the keys that match the prefix: x at the first digit, the list (or
 /// x) after the compaction. Returns at once once T is resolved.
-template <class T, class Key>
+template <class T, class Key, topk_counting Counting>
 __global__ __launch_bounds__(topk_policy::threads)
 void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, const cuda_topk_state<Key>* st,
                            radix_digit d, unsigned long long* hist) {
@@ -137,7 +155,7 @@ void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, const
     load_run(src.values, r.first, r.valid, v);
 #pragma unroll
     for (unsigned k = 0; k < 8; ++k) {
-      add_digit(bins, k < r.valid ? digit_of(magnitude_key(v[k]), prefix, mask, d) : topk_no_digit);
+      add_digit<Counting>(bins, k < r.valid ? digit_of(magnitude_key(v[k]), prefix, mask, d) : topk_no_digit);
     }
   }
   flush_bins(bins, hist);
@@ -204,7 +222,7 @@ struct topk_tile_storage {
  * lowest (st->prefix), in index order, written while it fits; st->candidates gets their count.
  * On the way, digit `next` of the keys in that bin goes to hist (unless T is resolved).
  */
-template <class T, class Key>
+template <class T, class Key, topk_counting Counting>
 __global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
 void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
@@ -226,7 +244,7 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
     for (unsigned k = 0; k < 8; ++k) {
       const Key key = magnitude_key(v[k]);
       if (k < r.valid && key >= low) kept |= 1u << k;
-      add_digit(bins, k < r.valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
+      add_digit<Counting>(bins, k < r.valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
     }
     std::uint64_t rank = 0, total = 0;
     scan_t(s.scan).ExclusiveSum(std::uint64_t(__popc(kept)), rank, total);
@@ -319,13 +337,20 @@ struct cuda_topk_layout {
         total(scratch_aligned(values + capacity * sizeof(T))) {}
 };
 
+/// cuda_topk's default `marks`: nothing between the launches.
+struct no_phase_marks {
+  void operator()(const char*) const {}
+};
+
 /**
  * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
  * sink(position, index, value) on the device for each, positions in ascending index order.
- * Stream-ordered on exec.stream(); no host synchronization.
+ * Stream-ordered on exec.stream(); no host synchronization. `marks(name)` is called on the host
+ * after each kernel's launch ("init", "histogram", "select", "compact", "emit"): a benchmark
+ * records an event there to time each kernel.
  */
-template <class T, class Sink>
-void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
+template <topk_counting Counting = topk_default_counting, class T, class Sink, class Marks = no_phase_marks>
+void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, Marks marks = {}) {
   using Key = key_type_t<T>;
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
@@ -339,20 +364,31 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink) {
                           l.capacity};
   launch(topk_init_kernel<Key>, 1, 1, 0, stream, state, k);
   GRADZIP_CUDA_TRY(cudaMemsetAsync(hist, 0, l.index - l.hist, stream));  // the bins and the tile words
+  marks("init");
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
   const unsigned grid = grid_for_policy<topk_policy>(exec, n);
   const auto threads = topk_policy::threads;
-  launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[0], hist);
-  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[0], state);
-  launch(topk_compact_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[1], hist, words);
-  launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[1], state);
+  const auto select = [&](radix_digit d) {
+    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, d, state);
+    marks("select");
+  };
+  launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[0], hist);
+  marks("histogram");
+  select(digits[0]);
+  launch(topk_compact_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[1], hist,
+         words);
+  marks("compact");
+  select(digits[1]);
   for (int level = 2; level < levels; ++level) {
-    launch(topk_histogram_kernel<T, Key>, grid, threads, 0, stream, x.data(), n, list, state, digits[level], hist);
-    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, digits[level], state);
+    launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[level],
+           hist);
+    marks("histogram");
+    select(digits[level]);
   }
   launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, list, state,
          words + topk_tiles(n), sink);
+  marks("emit");
 }
 
 /// The dense emit's launch: a run of 8 consecutive elements per thread and step (`load_run`).

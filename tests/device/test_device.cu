@@ -643,6 +643,34 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
+TEST_CASE("cuda buckets under 256 elements share a warp and give the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  // A warp takes 256 / B buckets per step (2 of QSGD's 128, 8 of 32): its lanes play the
+  // canonical order's 32 lanes of each. Sizes end mid-bucket and mid-step; a NaN poisons one
+  // bucket and an infinity another, next to clean buckets of the same step.
+  using gz::quantize::rounding;
+  for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{100}, std::size_t{255}, std::size_t{257},
+                        std::size_t{4099}, std::size_t{70001}}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 23);
+    if (n > 300) {
+      g[97] = std::numeric_limits<float>::quiet_NaN();
+      g[n - 40] = -std::numeric_limits<float>::infinity();
+    }
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::qsgd<15>, gz::encode::none>{{}, gz::quantize::qsgd<15>{3}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7, 64>, gz::encode::none>{{}, gz::quantize::qsgd<7, 64>{5}},
+                 dev);
+    using s4 = gz::quantize::uniform<4, rounding::stochastic, 32>;
+    check_parity(g, gz::codec<gz::sparsify::none, s4, gz::encode::none>{{}, s4{7}}, dev);
+    check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, s4, gz::encode::none>{{}, s4{7}}, dev);
+    using t64 = gz::quantize::terngrad<false, 64>;
+    check_parity(g, gz::codec<gz::sparsify::none, t64, gz::encode::none>{{}, t64{2}}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<32>, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::sign<true, 128>, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::uniform<2, rounding::nearest, 256>, gz::encode::none>{}, dev);
+  }
+}
+
 TEST_CASE("cuda 16-byte loads and their scalar fallback give the host's bytes (unaligned spans)", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

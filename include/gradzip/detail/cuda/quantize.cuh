@@ -1,6 +1,7 @@
-// values_backend<cuda>: bucketed values stages, one warp per bucket, in one pass over the input.
-// Lane l reads values l, l + 32, ... of the bucket (coalesced) into its statistics, and the
-// lanes merge them in the canonical butterfly. Codes need no order: a dense bucket is encoded
+// values_backend<cuda>: bucketed values stages, one warp per bucket (per 256 / B buckets for a
+// dense input in buckets under 256), in one pass over the input. Lane l reads values l, l + 32,
+// ... of the bucket (coalesced) into its statistics, and the lanes merge them in the canonical
+// butterfly (a lane of a shared warp plays several of the canonical lanes). Codes need no order: a dense bucket is encoded
 // eight consecutive elements per lane, so that one Philox block serves them (the RNG contract,
 // random/philox.hpp), and gathered values 32 at a time; both pack the layout of
 // quantize/bit_packing.hpp.
@@ -102,31 +103,93 @@ __device__ inline void add_strided(quantize::bucket_stats& stats, const T* x, st
   }
 }
 
+/// Buckets a warp takes per step: one, or for a dense input in buckets under 256 elements,
+/// 256 / B of them, so that `encode_blocked`'s span of 256 (8 per lane) is all theirs: with one
+/// bucket of 128 (QSGD's) per warp, half the lanes idled through the encode, the Philox block
+/// included, and every bucket paid a five-step butterfly of its own.
+template <class Values, class IndexOf>
+inline constexpr unsigned buckets_per_warp =
+    std::is_same_v<IndexOf, identity_index> && Values::bucket < 256 ? 256 / Values::bucket : 1;
+
+/// The statistics of P buckets per warp in the canonical order. Bucket g of the step has the
+/// L = 32 / P lanes g L .. g L + L - 1, and lane r plays the canonical order's lanes
+/// (r mod L) + L j, j < P, of its bucket: it adds their values v, v + 32, ... in order (8 in
+/// all, loaded first), merges them locally where the butterfly's offset is L or more (merge is
+/// commutative bit for bit, so both partners of a pair hold the same result), and by shuffles
+/// within its L lanes below that. Every lane returns its bucket's statistics.
+template <class Values, unsigned P, class T>
+__device__ quantize::bucket_stats shared_warp_stats(const T* x, std::uint64_t begin, std::uint64_t end, unsigned lane) {
+  constexpr unsigned L = 32 / P, per_lane = Values::bucket / 32;  // P x per_lane = 8
+  float v[P][per_lane];
+#pragma unroll
+  for (unsigned j = 0; j < P; ++j) {
+#pragma unroll
+    for (unsigned m = 0; m < per_lane; ++m) {
+      const std::uint64_t i = begin + lane % L + L * j + 32 * m;
+      v[j][m] = i < end ? static_cast<float>(to_float(x[i])) : 0.0f;
+    }
+  }
+  quantize::bucket_stats s[P];
+#pragma unroll
+  for (unsigned j = 0; j < P; ++j) {
+    s[j] = Values::empty_stats();
+#pragma unroll
+    for (unsigned m = 0; m < per_lane; ++m) {
+      if (begin + lane % L + L * j + 32 * m < end) Values::add(s[j], v[j][m]);
+    }
+  }
+#pragma unroll
+  for (unsigned offset = 16; offset >= L; offset /= 2) {  // lanes j and j ^ (offset / L) are both here
+#pragma unroll
+    for (unsigned j = 0; j < P; ++j) {
+      const unsigned partner = j ^ (offset / L);
+      if (j < partner) s[j] = s[partner] = Values::merge(s[j], s[partner]);
+    }
+  }
+  quantize::bucket_stats stats = s[0];
+#pragma unroll
+  for (unsigned offset = L / 2; offset > 0; offset /= 2) {  // within the bucket's L lanes
+    quantize::bucket_stats other;
+    for (int i = 0; i < 4; ++i) other.v[i] = __shfl_xor_sync(0xFFFFFFFFu, stats.v[i], offset);
+    stats = Values::merge(stats, other);
+  }
+  return stats;
+}
+
 template <class Values, class T, class IndexOf>
 __global__ __launch_bounds__(encode_policy::threads)
 void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
                            std::uint8_t* scales, std::uint32_t* codes, IndexOf index_of,
                            quantize::compress_context ctx) {
+  constexpr unsigned P = buckets_per_warp<Values, IndexOf>, L = 32 / P;
   const unsigned lane = threadIdx.x % 32;
   const std::uint64_t warps = static_cast<std::uint64_t>(gridDim.x) * (blockDim.x / 32);
   const std::uint64_t buckets = Values::bucket_count(count);
-  for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-       b < buckets; b += warps) {
+  for (std::uint64_t first = (static_cast<std::uint64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * P;
+       first < buckets; first += warps * P) {
+    const std::uint64_t b = first + lane / L;  // this lane's bucket
     const std::uint64_t begin = b * Values::bucket;
-    const std::uint64_t end = begin + Values::bucket < count ? begin + Values::bucket : count;
+    const std::uint64_t end = begin + Values::bucket < count ? begin + Values::bucket : count;  // empty past the last
     // Canonical order (quantize/bucket_stats.hpp): lane l adds values l, l + 32, ... in order,
     // then an xor butterfly merges the lanes.
     quantize::bucket_stats stats = Values::empty_stats();
-    add_strided<Values>(stats, x, begin, end, lane);
-    for (int offset = 16; offset > 0; offset /= 2) {
-      quantize::bucket_stats other;
-      for (int i = 0; i < 4; ++i) other.v[i] = __shfl_xor_sync(0xFFFFFFFFu, stats.v[i], offset);
-      stats = Values::merge(stats, other);
+    if constexpr (P == 1) {
+      add_strided<Values>(stats, x, begin, end, lane);
+      for (int offset = 16; offset > 0; offset /= 2) {
+        quantize::bucket_stats other;
+        for (int i = 0; i < 4; ++i) other.v[i] = __shfl_xor_sync(0xFFFFFFFFu, stats.v[i], offset);
+        stats = Values::merge(stats, other);
+      }
+    } else {
+      stats = shared_warp_stats<Values, P>(x, begin, end, lane);
     }
-    const auto record = Values::make_record(stats, end - begin);
-    if (lane == 0) Values::store_record(scales, b, record);
+    const auto record = Values::make_record(stats, end > begin ? end - begin : 0);
+    if (lane % L == 0 && b < buckets) Values::store_record(scales, b, record);
     if constexpr (std::is_same_v<IndexOf, identity_index>) {
-      encode_blocked(values, x, begin, end, record, codes, ctx, lane);
+      // The step's span: P buckets, lane l's eight elements in its own bucket (8 l / B = l / L).
+      const std::uint64_t span = first * Values::bucket;
+      encode_blocked(values, x, span, span + P * Values::bucket < count ? span + P * Values::bucket : count, record,
+                     codes, ctx, lane);
     } else {
       encode_strided(values, x, begin, end, record, codes, index_of, ctx, lane);
     }
@@ -140,9 +203,10 @@ struct values_backend<cuda> {
                              std::uint8_t* scales, std::uint8_t* codes, IndexOf index_of,
                              quantize::compress_context ctx) {
     if (count == 0) return;
-    const std::uint64_t buckets = Values::bucket_count(count);
-    // A warp per bucket: buckets x 32 threads, each taking a run of items_per_thread per step.
-    const unsigned blocks = grid_for_policy<encode_policy>(exec, buckets * 32 * encode_policy::items_per_thread);
+    constexpr unsigned per_warp = buckets_per_warp<Values, IndexOf>;
+    const std::uint64_t steps = (Values::bucket_count(count) + per_warp - 1) / per_warp;
+    // A warp per step of per_warp buckets: 32 threads each, a run of items_per_thread per thread.
+    const unsigned blocks = grid_for_policy<encode_policy>(exec, steps * 32 * encode_policy::items_per_thread);
     launch(encode_buckets_kernel<Values, T, IndexOf>, blocks, encode_policy::threads, 0, exec.stream(), values, x, count,
            scales, reinterpret_cast<std::uint32_t*>(codes), index_of, ctx);
   }

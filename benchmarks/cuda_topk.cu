@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -103,26 +104,48 @@ void BM_cuda_topk_automatic(benchmark::State& state) {
                                    gz::sparsify::topk::ratio(0.01)});
 }
 
-/// Records an event after each of cuda_topk's launches, named by the launch and its occurrence
-/// ("histogram1": the second histogram pass).
-struct phase_events {
-  cudaStream_t stream;
-  std::vector<std::pair<std::string, cudaEvent_t>>* events;
-  void operator()(const char* name) const {
-    int seen = 0;
-    for (const auto& e : *events) seen += e.first.rfind(name, 0) == 0;
-    cudaEvent_t event;
-    GRADZIP_CUDA_TRY(cudaEventCreate(&event));
-    GRADZIP_CUDA_TRY(cudaEventRecord(event, stream));
-    events->emplace_back(name + std::to_string(seen), event);
+/// Events recorded between launches, created once (creating one between two launches would put
+/// host time between them), each named by its launch and occurrence ("histogram1": the second).
+class phase_timeline {
+ public:
+  explicit phase_timeline(cudaStream_t stream) : stream_(stream), events_(32) {
+    for (auto& e : events_) GRADZIP_CUDA_TRY(cudaEventCreate(&e));
   }
+  ~phase_timeline() {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  phase_timeline(const phase_timeline&) = delete;
+  phase_timeline& operator=(const phase_timeline&) = delete;
+
+  void restart() { names_.clear(); }
+  void mark(const char* name) {
+    if (names_.size() == events_.size()) throw std::runtime_error("phase_timeline: more than 32 launches");
+    const auto seen =
+        std::count_if(names_.begin(), names_.end(), [&](const std::string& s) { return s.rfind(name, 0) == 0; });
+    GRADZIP_CUDA_TRY(cudaEventRecord(events_[names_.size()], stream_));
+    names_.push_back(name + std::to_string(seen));
+  }
+  /// Seconds from mark `from` to mark `to`, once the last mark's event has completed.
+  double seconds(std::size_t from, std::size_t to) const {
+    float ms = 0;
+    GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, events_[from], events_[to]));
+    return ms / 1e3;
+  }
+  void wait() const { GRADZIP_CUDA_TRY(cudaEventSynchronize(events_[names_.size() - 1])); }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::string> names_;
 };
 
 /**
  * Exact top-k at 1 % (fp32), each kernel timed between events: a counter `<launch>_us` per
  * launch (median over runs), under both ways of counting digits (topk_counting). The H100 ran
  * the whole select at 0.32 TB/s against a model of 1.1 (docs/performance.md): this says which
- * kernel holds the time, and whether __match_any_sync pays for itself.
+ * kernel holds the time, and whether __match_any_sync pays for itself. A launch's time includes
+ * any wait for the host to issue it (at small n, the one-block selects can finish first).
  */
 template <gz::detail::topk_counting Counting>
 void BM_cuda_topk_phases(benchmark::State& state) {
@@ -135,36 +158,30 @@ void BM_cuda_topk_phases(benchmark::State& state) {
   GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
   GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
   exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
-  std::vector<std::pair<std::string, cudaEvent_t>> events;
-  std::map<std::string, std::vector<double>> phases;
+  phase_timeline timeline(exec.stream());
   const auto run = [&] {
-    events.clear();
-    phase_events marks{exec.stream(), &events};
-    marks("start");
+    timeline.restart();
+    timeline.mark("start");
     gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
-                                    marks);
+                                    [&](const char* name) { timeline.mark(name); });
+    timeline.wait();
   };
   run();  // warm-up
-  for (auto& e : events) cudaEventDestroy(e.second);
+  std::map<std::string, std::vector<double>> phases;
   std::vector<double> totals;
   for (auto _ : state) {
     flush_l2(exec.stream());
     run();
-    GRADZIP_CUDA_TRY(cudaEventSynchronize(events.back().second));
-    for (std::size_t p = 1; p < events.size(); ++p) {
-      float ms = 0;
-      GRADZIP_CUDA_TRY(cudaEventElapsedTime(&ms, events[p - 1].second, events[p].second));
-      phases[events[p].first].push_back(ms * 1e3);
-    }
-    float total = 0;
-    GRADZIP_CUDA_TRY(cudaEventElapsedTime(&total, events.front().second, events.back().second));
-    totals.push_back(total / 1e3);
+    const auto& names = timeline.names();
+    for (std::size_t p = 1; p < names.size(); ++p) phases[names[p]].push_back(timeline.seconds(p - 1, p) * 1e6);
+    totals.push_back(timeline.seconds(0, names.size() - 1));
     state.SetIterationTime(totals.back());
-    for (auto& e : events) cudaEventDestroy(e.second);
   }
+  const double median = median_of(totals);
   for (const auto& [name, us] : phases) state.counters[name + "_us"] = median_of(us);
-  state.counters["median_us"] = median_of(totals) * 1e6;
-  state.counters["input_GBps"] = static_cast<double>(n * sizeof(float)) / median_of(totals) / 1e9;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
+  state.counters["median_us"] = median * 1e6;
+  state.counters["input_GBps"] = static_cast<double>(n * sizeof(float)) / median / 1e9;
   cudaFree(values);
   cudaFree(index);
   cudaFree(x);

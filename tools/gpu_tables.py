@@ -21,6 +21,8 @@ def load(directory):
         if path.endswith("_repeat.json"):
             continue
         for r in json.load(open(path))["benchmarks"]:
+            if "median_us" not in r:  # skipped or failed (no GPU, a timeout): nothing to show
+                continue
             runs[r["name"].split("/iterations")[0].replace("/manual_time", "")] = r
     return runs
 
@@ -70,7 +72,8 @@ TOPK_LAUNCHES = ("init0", "histogram0", "select0", "compact0", "select1", "histo
 
 def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
     """BM_cuda_topk_phases: each launch's median µs, under each way of counting digits."""
-    found = [(k, r) for k, r in runs.items() if k.startswith("BM_cuda_topk_phases") and int(k.rsplit("/", 1)[-1]) in sizes]
+    found = [(k, r) for k, r in runs.items() if k.startswith("BM_cuda_topk_phases") and "median_us" in r and
+             k.rsplit("/", 1)[-1].isdigit() and int(k.rsplit("/", 1)[-1]) in sizes]
     launches = list(TOPK_LAUNCHES) + sorted({c[:-3] for _, r in found for c in r if c.endswith("_us")} -
                                              set(TOPK_LAUNCHES) - {"median"})
     lines = ["| counting | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 3)]

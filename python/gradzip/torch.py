@@ -49,6 +49,7 @@ as PyTorch's does when a bucket changes.
 
 import atexit
 import gc
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -76,6 +77,7 @@ class _Callback:
     interpreter finalizes, and waits until torch has let every callback go."""
 
     held: Set[int] = set()
+    last_release = 0.0  # time.monotonic() when torch last let one go
 
     def __init__(self, fn: Callable[[torch.futures.Future], Any]) -> None:
         self.fn = fn
@@ -85,22 +87,32 @@ class _Callback:
         return self.fn(fut)
 
     def __del__(self) -> None:
-        type(self).held.discard(id(self))
+        cls = type(self)
+        cls.held.discard(id(self))
+        cls.last_release = time.monotonic()
 
 
 # How long the exit waits for torch to let go of callbacks: a future that never completes (a
 # collective left in flight by an error) must not hold the exit for longer.
 _EXIT_WAIT_S = 5.0
+# After the last callback goes, Gloo's thread still frees what the callback's `then` captured
+# beside it (the child future, whose value is a Python object: the GIL again), microseconds later
+# on an idle machine. The exit waits until no callback has gone for this long.
+_EXIT_GRACE_S = 0.05
 
 
 def _wait_for_callbacks() -> None:
     deadline = time.monotonic() + _EXIT_WAIT_S
-    gc.collect()  # a callback kept by a reference cycle (an exception's traceback) is let go here
-    while _Callback.held and time.monotonic() < deadline:
+    if _Callback.held:
+        gc.collect()  # a callback kept by a reference cycle (an exception's traceback) goes here
+    while time.monotonic() < deadline and (
+            _Callback.held or time.monotonic() - _Callback.last_release < _EXIT_GRACE_S):
         time.sleep(0.001)  # releases the GIL, which Gloo's thread needs to let its callback go
 
 
 atexit.register(_wait_for_callbacks)
+if hasattr(os, "register_at_fork"):  # a child does not inherit its parent's collectives
+    os.register_at_fork(after_in_child=_Callback.held.clear)
 
 
 def _then(fut: torch.futures.Future, fn: Callable[[torch.futures.Future], Any]) -> torch.futures.Future:

@@ -646,9 +646,9 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
 TEST_CASE("cuda buckets under 256 elements share a warp and give the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
-  // A warp takes 256 / B buckets per step (2 of QSGD's 128, 8 of 32): its lanes play the
-  // canonical order's 32 lanes of each. Sizes end mid-bucket and mid-step; a NaN poisons one
-  // bucket and an infinity another, next to clean buckets of the same step.
+  // A warp takes 256 / B buckets per step where B divides 256 (2 of QSGD's 128, 8 of 32): its
+  // lanes play the canonical order's 32 lanes of each. Sizes end mid-bucket and mid-step; a NaN
+  // poisons one bucket and an infinity another, next to clean buckets of the same step.
   using gz::quantize::rounding;
   for (std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{100}, std::size_t{255}, std::size_t{257},
                         std::size_t{4099}, std::size_t{70001}}) {
@@ -668,6 +668,9 @@ TEST_CASE("cuda buckets under 256 elements share a warp and give the host's byte
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<32>, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::sign<true, 128>, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::uniform<2, rounding::nearest, 256>, gz::encode::none>{}, dev);
+    // 96 does not divide 256: a warp per bucket, as before.
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::qsgd<7, 96>, gz::encode::none>{{}, gz::quantize::qsgd<7, 96>{5}},
+                 dev);
   }
 }
 

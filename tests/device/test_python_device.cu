@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../python/src/device.cu"
+#include "common/synthetic_gradient.hpp"
 #include "device/device_helpers.cuh"
 
 namespace py = gradzip_py;
@@ -18,16 +19,6 @@ namespace py = gradzip_py;
 namespace {
 
 using bytes_view = gz::span<const std::byte>;
-
-std::vector<float> gradient(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = normal(rng);
-  x[n / 3] = 40.0f;  // a few large entries for the sparsifiers
-  x[n / 2] = -35.0f;
-  return x;
-}
 
 /// A stream that does not synchronize with the legacy stream, as torch's side streams: each call
 /// must be ordered with it (events both ways), since the executor runs on a stream of its own.
@@ -43,7 +34,7 @@ std::vector<float> download_on(cudaStream_t s, const device_vector<float>& v) {
   return v.download();
 }
 
-/// Compress, decode and decode-add of `steps` gradients through the erased codec's two halves.
+/// Compress, decode and decode-add of three gradients through the erased codec's two halves.
 template <class Codec>
 void check_codec(const Codec& codec, std::size_t n) {
   py::erased_codec<Codec> erased(codec);
@@ -56,7 +47,7 @@ void check_codec(const Codec& codec, std::size_t n) {
 
   std::vector<std::vector<std::byte>> payloads;
   for (std::uint32_t step = 0; step < 3; ++step) {
-    const std::vector<float> x = gradient(n, 11 + step);
+    const std::vector<float> x = gradzip_tools::synthetic_gradient<float>(n, 11 + step);
     std::vector<std::byte> want(bound);
     want.resize(erased.compress(host, gz::span<const float>(x), gz::span<std::byte>(want), {step, 5}));
     // The gradient arrives by a copy queued on the caller's stream: the call must wait for it.
@@ -78,7 +69,7 @@ void check_codec(const Codec& codec, std::size_t n) {
     host_views.emplace_back(p);
     device_views.emplace_back(dp.back().data, p.size());
   }
-  const std::vector<float> start = gradient(n, 99);
+  const std::vector<float> start = gradzip_tools::synthetic_gradient<float>(n, 99);
 
   // decompress and decompress_add (alpha) of each payload.
   for (std::size_t m = 0; m < payloads.size(); ++m) {
@@ -199,7 +190,7 @@ TEST_CASE("python module: CUDA error feedback follows the host's, and their stat
   CHECK(dev_ef->device() == 0);
   const std::size_t bound = erased.max_compressed_bytes(n);
   for (std::uint32_t step = 0; step < 4; ++step) {
-    const std::vector<float> g = gradient(n, 50 + step);
+    const std::vector<float> g = gradzip_tools::synthetic_gradient<float>(n, 50 + step);
     std::vector<std::byte> want(bound);
     want.resize(host_ef->compress(host, gz::span<const float>(g), gz::span<std::byte>(want), {step, 0}));
     device_vector<float> dg(g);
@@ -215,7 +206,7 @@ TEST_CASE("python module: CUDA error feedback follows the host's, and their stat
   // A fresh device feedback restored from the host's state continues as the host does.
   auto resumed = erased.device()->error_feedback(*exec, n);
   resumed->restore(*exec, stream.handle(), gz::span<const std::byte>(saved));
-  const std::vector<float> g = gradient(n, 77);
+  const std::vector<float> g = gradzip_tools::synthetic_gradient<float>(n, 77);
   std::vector<std::byte> want(bound);
   want.resize(host_ef->compress(host, gz::span<const float>(g), gz::span<std::byte>(want), {9, 0}));
   device_vector<float> dg(g);

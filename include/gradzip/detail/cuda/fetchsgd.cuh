@@ -11,6 +11,7 @@ namespace gradzip::detail {
 
 /// FetchSGD's sketch-space updates: one cell or element per thread and grid-stride step.
 using fetchsgd_policy = launch_policy<256, 1, 8>;
+static_assert(fetchsgd_policy::threads >= sketch::count_sketch::max_rows, "row_hash_table::load: a thread per row");
 
 namespace fetchsgd_device {
 

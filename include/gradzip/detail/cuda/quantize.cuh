@@ -107,9 +107,12 @@ __device__ inline void add_strided(quantize::bucket_stats& stats, const T* x, st
 /// 256 / B of them, so that `encode_blocked`'s span of 256 (8 per lane) is all theirs: with one
 /// bucket of 128 (QSGD's) per warp, half the lanes idled through the encode, the Philox block
 /// included, and every bucket paid a five-step butterfly of its own.
+/// Only buckets that divide 256 (32, 64, 128): a lane's eight elements must fall in the bucket
+/// whose record it holds (with 96, lanes 12-15 would encode the next bucket's).
 template <class Values, class IndexOf>
 inline constexpr unsigned buckets_per_warp =
-    std::is_same_v<IndexOf, identity_index> && Values::bucket < 256 ? 256 / Values::bucket : 1;
+    std::is_same_v<IndexOf, identity_index> && Values::bucket < 256 && 256 % Values::bucket == 0
+        ? 256 / Values::bucket : 1;
 
 /// The statistics of P buckets per warp in the canonical order. Bucket g of the step has the
 /// L = 32 / P lanes g L .. g L + L - 1, and lane r plays the canonical order's lanes
@@ -119,7 +122,8 @@ inline constexpr unsigned buckets_per_warp =
 /// within its L lanes below that. Every lane returns its bucket's statistics.
 template <class Values, unsigned P, class T>
 __device__ quantize::bucket_stats shared_warp_stats(const T* x, std::uint64_t begin, std::uint64_t end, unsigned lane) {
-  constexpr unsigned L = 32 / P, per_lane = Values::bucket / 32;  // P x per_lane = 8
+  constexpr unsigned L = 32 / P, per_lane = Values::bucket / 32;
+  static_assert(P * per_lane == 8 && L * 8 == Values::bucket, "shared_warp_stats: P buckets of 8 L elements fill 256");
   float v[P][per_lane];
 #pragma unroll
   for (unsigned j = 0; j < P; ++j) {
@@ -183,7 +187,9 @@ void encode_buckets_kernel(Values values, const T* x, std::uint64_t count,
     } else {
       stats = shared_warp_stats<Values, P>(x, begin, end, lane);
     }
-    const auto record = Values::make_record(stats, end > begin ? end - begin : 0);
+    // Lanes past the last bucket (a shared warp's last step) hold an empty one: no record is
+    // made for it (a stage may divide by the count), none stored, and they encode nothing.
+    const auto record = b < buckets ? Values::make_record(stats, end - begin) : typename Values::record{};
     if (lane % L == 0 && b < buckets) Values::store_record(scales, b, record);
     if constexpr (std::is_same_v<IndexOf, identity_index>) {
       // The step's span: P buckets, lane l's eight elements in its own bucket (8 l / B = l / L).

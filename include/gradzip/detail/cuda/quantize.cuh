@@ -1,10 +1,10 @@
 // values_backend<cuda>: bucketed values stages, one warp per bucket (per 256 / B buckets for a
-// dense input in buckets under 256), in one pass over the input. Lane l reads values l, l + 32,
-// ... of the bucket (coalesced) into its statistics, and the lanes merge them in the canonical
-// butterfly (a lane of a shared warp plays several of the canonical lanes). Codes need no order: a dense bucket is encoded
-// eight consecutive elements per lane, so that one Philox block serves them (the RNG contract,
-// random/philox.hpp), and gathered values 32 at a time; both pack the layout of
-// quantize/bit_packing.hpp.
+// dense input in buckets that divide 256), in one pass over the input. Lane l reads values l,
+// l + 32, ... of the bucket (coalesced) into its statistics, and the lanes merge them in the
+// canonical butterfly (a lane of a shared warp plays several of the canonical lanes). Codes need
+// no order: a dense bucket is encoded eight consecutive elements per lane, so that one Philox
+// block serves them (the RNG contract, random/philox.hpp), and gathered values 32 at a time;
+// both pack the layout of quantize/bit_packing.hpp.
 #pragma once
 
 #include <type_traits>
@@ -103,12 +103,12 @@ __device__ inline void add_strided(quantize::bucket_stats& stats, const T* x, st
   }
 }
 
-/// Buckets a warp takes per step: one, or for a dense input in buckets under 256 elements,
+/// Buckets a warp takes per step: one, or for a dense input in buckets of 32, 64 or 128 elements,
 /// 256 / B of them, so that `encode_blocked`'s span of 256 (8 per lane) is all theirs: with one
 /// bucket of 128 (QSGD's) per warp, half the lanes idled through the encode, the Philox block
-/// included, and every bucket paid a five-step butterfly of its own.
-/// Only buckets that divide 256 (32, 64, 128): a lane's eight elements must fall in the bucket
-/// whose record it holds (with 96, lanes 12-15 would encode the next bucket's).
+/// included, and every bucket paid a five-step butterfly of its own. B must divide 256: a lane's
+/// eight elements must fall in the bucket whose record it holds (with 96, lanes 12-15 would
+/// encode the next bucket's).
 template <class Values, class IndexOf>
 inline constexpr unsigned buckets_per_warp =
     std::is_same_v<IndexOf, identity_index> && Values::bucket < 256 && 256 % Values::bucket == 0

@@ -74,7 +74,8 @@ class _Callback:
     called without an active exception"). DDP keeps its process group, and so Gloo's threads,
     alive past ``destroy_process_group``, so the last step's callbacks race the script's exit on a
     busy machine (PyTorch's own hooks too). :func:`_wait_for_callbacks` runs at exit, before the
-    interpreter finalizes, and waits until torch has let every callback go."""
+    interpreter finalizes, and waits until torch has let every callback go (and 50 ms more, for
+    what torch frees beside it)."""
 
     held: Set[int] = set()
     last_release = 0.0  # time.monotonic() when torch last let one go

@@ -197,16 +197,6 @@ TEST_CASE("cuda topk: candidate list or x, early stops, ties across tiles", "[gp
 
 namespace {
 
-/// The indices of x's k largest magnitudes, ties to the lower index, in ascending order.
-std::vector<std::uint64_t> topk_reference(const std::vector<float>& x, std::uint64_t k) {
-  std::vector<std::uint64_t> order(x.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::uint64_t a, std::uint64_t b) { return std::abs(x[a]) > std::abs(x[b]); });
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
 template <gz::detail::topk_counting Counting>
 std::vector<std::uint64_t> device_topk(const std::vector<float>& x, std::uint64_t k, gz::cuda& dev,
                                        std::vector<std::string>& marks) {
@@ -241,7 +231,7 @@ TEST_CASE("cuda topk counts digits alike by match_any and per element, and marks
   for (const auto& [x, k] : {std::pair<const std::vector<float>&, std::uint64_t>{g, 1}, {g, 700}, {g, 70001},
                              {ties, 50000}}) {
     INFO("n " << x.size() << ", k " << k);
-    const auto want = topk_reference(x, k);
+    const auto want = test::reference_topk(x, k);
     std::vector<std::string> marks;
     CHECK(device_topk<topk_counting::match_any>(x, k, dev, marks) == want);
     CHECK(marks == fp32_launches);

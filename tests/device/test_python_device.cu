@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 

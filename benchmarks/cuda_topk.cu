@@ -147,12 +147,31 @@ class phase_timeline {
  * kernel holds the time, and whether __match_any_sync pays for itself. A launch's time includes
  * any wait for the host to issue it (at small n, the one-block selects can finish first).
  */
-template <gz::detail::topk_counting Counting>
+enum class topk_input { synthetic, one_binade };
+
+/// Magnitudes uniform in [1, 2), random signs: every key's first digit is one of 8 bins (3
+/// mantissa bits under one exponent), so a warp's lanes share bins: the case that serializes
+/// per-element atomics, beside the synthetic gradient's spread of scales.
+float* upload_one_binade(std::size_t n) {
+  std::vector<float> h(n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+    const auto r = gradzip::philox_for(7, 0, 0, static_cast<std::uint64_t>(i));
+    const float m = 1.0f + static_cast<float>(r[0] >> 8) * 0x1p-24f;
+    h[i] = (r[1] & 1u) != 0 ? -m : m;
+  }
+  float* d = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&d, n * sizeof(float)));
+  GRADZIP_CUDA_TRY(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic>
 void BM_cuda_topk_phases(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
   gz::cuda exec;
-  float* x = upload_gradient<float>(n);
+  float* x = Input == topk_input::synthetic ? upload_gradient<float>(n) : upload_one_binade(n);
   std::uint64_t* index = nullptr;
   float* values = nullptr;
   GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
@@ -234,6 +253,10 @@ BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any, topk_input::one_binade)
+    ->Arg(1 << 24)->Arg(1 << 28)->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::one_binade)
+    ->Arg(1 << 24)->Arg(1 << 28)->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_sampled_topk)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_sampled_topk_async)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cuda_threshold)->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -12,6 +12,7 @@ copy's input rate for the rest: the benchmark's own `roofline` counter).
 import glob
 import json
 import os
+import re
 import sys
 
 
@@ -76,11 +77,12 @@ def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
              k.rsplit("/", 1)[-1].isdigit() and int(k.rsplit("/", 1)[-1]) in sizes]
     launches = list(TOPK_LAUNCHES) + sorted({c[:-3] for _, r in found for c in r if c.endswith("_us")} -
                                              set(TOPK_LAUNCHES) - {"median"})
-    lines = ["| counting | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 3)]
+    lines = ["| counting | input | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 4)]
     for k, r in found:
-        counting = k.split("::")[-1].split(">")[0]
+        counting = re.search(r"topk_counting::(\w+)", k).group(1)
+        data = "one binade" if "one_binade" in k else "synthetic"
         cells = [f"{r[f'{c}_us']:.1f}" if f"{c}_us" in r else "" for c in launches]
-        lines.append(f"| {counting} | {size_label(int(k.rsplit('/', 1)[-1]))} | " + " | ".join(cells) +
+        lines.append(f"| {counting} | {data} | {size_label(int(k.rsplit('/', 1)[-1]))} | " + " | ".join(cells) +
                      f" | {r['median_us']:.1f} |")
     return "\n".join(lines)
 

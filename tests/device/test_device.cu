@@ -86,10 +86,11 @@ void check_sketch_parity(const gz::sketch::count_sketch& cs, const std::vector<T
   CHECK(out.download() == expected);
 }
 
-/// Thread 0's look-back for tile 3 of 4, two counts, against words the test lays out.
-__global__ __launch_bounds__(1) void lookback_probe_kernel(std::uint64_t* status, std::uint64_t* before) {
-  before[0] = gz::detail::tile_lookback(status, 3, 2);
-  before[1] = gz::detail::tile_lookback(status + 4, 3, 7);
+/// A warp's look-back for tile `tile`, over words the test lays out.
+__global__ __launch_bounds__(32) void lookback_probe_kernel(std::uint64_t* status, std::uint64_t tile, std::uint64_t aggregate,
+                                                            std::uint64_t* before) {
+  const std::uint64_t b = gz::detail::tile_lookback(status, tile, aggregate);
+  before[threadIdx.x] = b;  // every lane gets it
 }
 
 }  // namespace
@@ -100,18 +101,43 @@ TEST_CASE("decoupled look-back sums aggregates back to the nearest inclusive pre
   using status = gz::detail::tile_status;
   // Executors that run one block at a time only ever show a finished (inclusive) predecessor;
   // here the words show what a GPU can: aggregates published, inclusive prefixes not yet.
-  const std::vector<std::uint64_t> words = {
-      status::inclusive | 5, status::aggregate | 3, status::aggregate | 4, 0,   // count 0: 12 before tile 3
-      status::inclusive | 1, status::inclusive | 9, status::aggregate | 6, 0};  // count 1: 15 (stops at tile 1)
-  device_vector<std::uint64_t> dw(words);
-  device_vector<std::uint64_t> before(2);
-  gz::detail::launch(lookback_probe_kernel, 1, 1, 0, dev.stream(), dw.data, before.data);
-  dev.synchronize();
-  CHECK(before.download() == std::vector<std::uint64_t>{12, 15});
-  const auto after = dw.download();
-  CHECK(after[3] == (status::inclusive | 14));
-  CHECK(after[7] == (status::inclusive | 22));
-  CHECK(after[2] == (status::aggregate | 4));  // earlier tiles' words are only read
+  const auto probe = [&](std::vector<std::uint64_t> words, std::uint64_t aggregate) {
+    const std::uint64_t tile = words.size() - 1;  // its own word, zero until published
+    device_vector<std::uint64_t> dw(words);
+    device_vector<std::uint64_t> before(32);
+    gz::detail::launch(lookback_probe_kernel, 1, 32, 0, dev.stream(), dw.data, tile, aggregate, before.data);
+    dev.synchronize();
+    const auto b = before.download();
+    INFO("tile " << tile);
+    CHECK(std::all_of(b.begin(), b.end(), [&](std::uint64_t v) { return v == b[0]; }));
+    const auto after = dw.download();
+    CHECK(after[tile] == (status::inclusive | (b[0] + aggregate)));
+    words[tile] = after[tile];
+    CHECK(after == words);  // earlier tiles' words are only read
+    return b[0];
+  };
+  CHECK(probe({status::inclusive | 5, status::aggregate | 3, status::aggregate | 4, 0}, 2) == 12);
+  CHECK(probe({status::inclusive | 1, status::inclusive | 9, status::aggregate | 6, 0}, 7) == 15);  // stops at tile 1
+  CHECK(probe({0}, 4) == 0);                                                                       // tile 0
+  // Walks of more than one step of 32 words: tile 70 sums tiles 69 .. 3 and stops at tile 2's
+  // inclusive 100 (tiles 0 and 1 hold words that must not be added).
+  std::vector<std::uint64_t> long_walk(71, 0);
+  long_walk[0] = status::inclusive | 1000;
+  long_walk[1] = status::aggregate | 1000;
+  long_walk[2] = status::inclusive | 100;
+  std::uint64_t expected = 100;
+  for (std::size_t t = 3; t < 70; ++t) {
+    long_walk[t] = status::aggregate | t;
+    expected += t;
+  }
+  CHECK(probe(long_walk, 9) == expected);
+  long_walk[40] = status::inclusive | 7;  // now the nearest inclusive: tiles 69 .. 41, then 7
+  CHECK(probe(long_walk, 9) == 7 + (41 + 69) * 29 / 2);
+  // Exactly 32 earlier tiles, none inclusive but tile 0.
+  std::vector<std::uint64_t> window(33, status::aggregate | 2);
+  window[0] = status::inclusive | 2;
+  window[32] = 0;
+  CHECK(probe(window, 1) == 64);
 }
 
 TEST_CASE("cuda topk payloads equal the host's byte for byte (float)", "[gpu]") {

@@ -34,11 +34,13 @@ namespace gradzip::detail {
 using implicit_emit_policy = launch_policy<256, 1, 8>;
 
 /// The passes over x and the list: 256 threads, a run of 8 consecutive elements per thread
-/// (load_run: 16-byte loads), <= 8 blocks per SM. A compaction tile is one run per thread.
+/// (load_run: 16-byte loads), <= 8 blocks per SM. An emit tile is one run per thread (the
+/// compaction's, topk_compact_runs).
 using topk_policy = launch_policy<256, 8, 8>;
 inline constexpr std::uint64_t topk_tile = std::uint64_t{topk_policy::threads} * topk_policy::items_per_thread;
 GRADZIP_HOST_DEVICE inline std::uint64_t topk_tiles(std::uint64_t n) { return n == 0 ? 1 : (n + topk_tile - 1) / topk_tile; }
 static_assert(topk_policy::items_per_thread == 8, "topk_policy: runs of 8 (load_run)");
+static_assert(topk_policy::threads >= 64, "topk_policy: the emit's two look-backs take a warp each");
 /// The compaction's and the emit's register budget: 64 per thread at 256 threads (4 blocks, 50 %
 /// occupancy). Without it, ptxas for sm_100 held the compaction to 48 registers and spilled.
 inline constexpr unsigned topk_min_blocks_per_sm = 4;
@@ -94,12 +96,14 @@ __device__ inline unsigned digit_of(Key key, Key prefix, Key mask, radix_digit d
  *   group's count: one atomic per distinct digit, at the cost of a match per warp and element;
  * - `per_element`: each lane adds 1 to its digit's bin (AIR top-k's and CUB's histograms): one
  *   atomic per element, lanes of one digit serialized.
- * The counts are the same integers either way. Which is faster is a GPU's to say: the H100 ran
- * the select at 0.32 TB/s of input against a model of 1.1, and `gradzip_bench_cuda`'s
- * `cuda_topk_phases` times each kernel under both (docs/performance.md, "Exact top-k").
+ * The counts are the same integers either way. `per_element` is the default: on an H200
+ * (2026-11-26, `gradzip_bench_cuda`'s `BM_cuda_topk_phases`) the first histogram over 2^28
+ * synthetic fp32 took 315 µs by it (3.4 TB/s) and 1,593 µs by `match_any`; at 2^20, 10.4 against
+ * 14.7 (docs/performance.md, "Exact top-k"). The benchmark also times inputs whose keys crowd
+ * into 8 bins, where per-element atomics collide most.
  */
 enum class topk_counting { match_any, per_element };
-inline constexpr topk_counting topk_default_counting = topk_counting::match_any;
+inline constexpr topk_counting topk_default_counting = topk_counting::per_element;
 
 /// Adds a lane's digit (topk_no_digit: none) to the shared bins. Every lane of the warp calls it
 /// together (the callers' loops are block-uniform).
@@ -217,50 +221,80 @@ struct topk_tile_storage {
   std::uint64_t base[2];
 };
 
+/// The compaction's tile: two runs of 8 per thread (4,096 elements) for 2- and 4-byte elements,
+/// both loads issued before the block waits on anything, so each claim, scan and look-back serves
+/// 16 KB of fp32. One run for doubles: two spilled under the 64-register budget.
+template <class T>
+inline constexpr unsigned topk_compact_runs = sizeof(T) <= 4 ? 2 : 1;
+template <class T>
+GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
+  constexpr std::uint64_t tile = topk_compact_runs<T> * topk_tile;
+  return n == 0 ? 1 : (n + tile - 1) / tile;
+}
+
 /**
  * The candidate list: every element of x whose key is at least the first digit's chosen bin's
  * lowest (st->prefix), in index order, written while it fits; st->candidates gets their count.
  * On the way, digit `next` of the keys in that bin goes to hist (unless T is resolved).
+ * With two runs per tile, thread t's runs in tile i are runs (2i + j) * threads + t for j = 0, 1:
+ * a tile's first half, then its second, so one scan of (count in run 1, count in run 0) pairs
+ * ranks both in index order.
  */
 template <class T, class Key, topk_counting Counting>
 __global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
 void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
+  constexpr unsigned runs = topk_compact_runs<T>;
+  static_assert(runs == 1 || runs == 2, "topk_compact_kernel: a pair of 32-bit counts per thread");
   using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ topk_tile_storage s;
   zero_bins(bins);
   const Key low = st->prefix, mask = st->mask;
   const bool count_next = st->resolved == 0;
-  const std::uint64_t tiles = topk_tiles(n);
+  const std::uint64_t tiles = topk_compact_tiles<T>(n);
   for (;;) {
     const std::uint64_t tile = claim_tile(&st->tickets[0], &s.id);
     if (tile >= tiles) break;
-    const run_of_8 r = run_at(tile * topk_policy::threads + threadIdx.x, n);
-    T v[8] = {};
-    load_run(x, r.first, r.valid, v);
-    unsigned kept = 0;
+    run_of_8 r[runs];
+    T v[runs][8] = {};
 #pragma unroll
-    for (unsigned k = 0; k < 8; ++k) {
-      const Key key = magnitude_key(v[k]);
-      if (k < r.valid && key >= low) kept |= 1u << k;
-      add_digit<Counting>(bins, k < r.valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
+    for (unsigned j = 0; j < runs; ++j) {
+      r[j] = run_at((tile * runs + j) * topk_policy::threads + threadIdx.x, n);
+      load_run(x, r[j].first, r[j].valid, v[j]);
     }
-    std::uint64_t rank = 0, total = 0;
-    scan_t(s.scan).ExclusiveSum(std::uint64_t(__popc(kept)), rank, total);
-    if (threadIdx.x == 0) {
-      s.base[0] = tile_lookback(status, tile, total);
-      if (tile == tiles - 1) st->candidates = s.base[0] + total;
+    unsigned kept[2] = {};
+#pragma unroll
+    for (unsigned j = 0; j < runs; ++j) {
+#pragma unroll
+      for (unsigned k = 0; k < 8; ++k) {
+        const Key key = magnitude_key(v[j][k]);
+        if (k < r[j].valid && key >= low) kept[j] |= 1u << k;
+        add_digit<Counting>(bins, k < r[j].valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
+      }
+    }
+    std::uint64_t rank = 0, total = 0;  // (run 1's count << 32) | run 0's count; at most 2,048 each
+    scan_t(s.scan).ExclusiveSum((std::uint64_t(__popc(kept[1])) << 32) | std::uint64_t(__popc(kept[0])), rank, total);
+    const std::uint64_t half = total & 0xFFFFFFFFu, all = half + (total >> 32);
+    if (threadIdx.x < 32) {  // warp 0 walks back
+      const std::uint64_t before = tile_lookback(status, tile, all);
+      if (threadIdx.x == 0) {
+        s.base[0] = before;
+        if (tile == tiles - 1) st->candidates = before + all;
+      }
     }
     __syncthreads();
-    const std::uint64_t at0 = s.base[0] + rank;
+#pragma unroll
+    for (unsigned j = 0; j < runs; ++j) {
+      const std::uint64_t at_run = s.base[0] + (j == 0 ? rank & 0xFFFFFFFFu : half + (rank >> 32));
 #pragma unroll 1
-    for (unsigned bits = kept; bits != 0; bits &= bits - 1) {  // about 1.1 k / n of the elements
-      const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1);
-      const std::uint64_t at = at0 + __popc(kept & ((1u << k) - 1));
-      if (at < list.capacity) {
-        list.index[at] = r.first + k;
-        list.values[at] = pick(v, k);
+      for (unsigned bits = kept[j]; bits != 0; bits &= bits - 1) {  // about 1.1 k / n of the elements
+        const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1);
+        const std::uint64_t at = at_run + __popc(kept[j] & ((1u << k) - 1));
+        if (at < list.capacity) {
+          list.index[at] = r[j].first + k;
+          list.values[at] = pick(v[j], k);
+        }
       }
     }
     __syncthreads();  // the scan's storage and the base are reused for the next tile
@@ -300,9 +334,10 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
     std::uint64_t rank = 0, total = 0;
     const std::uint64_t pair = (std::uint64_t(__popc(above)) << 32) | std::uint64_t(__popc(tie));
     scan_t(s.scan).ExclusiveSum(pair, rank, total);
-    if (threadIdx.x == 0) {  // count c of tile t is word c * stride + t (tiles <= stride)
-      s.base[0] = tile_lookback(status, tile, total >> 32);
-      s.base[1] = tile_lookback(status + stride, tile, total & 0xFFFFFFFFu);
+    if (threadIdx.x < 64) {  // warp c walks back count c, whose tile t is word c * stride + t (tiles <= stride)
+      const unsigned c = threadIdx.x / 32;
+      const std::uint64_t before = tile_lookback(status + c * stride, tile, c == 0 ? total >> 32 : total & 0xFFFFFFFFu);
+      if (threadIdx.x % 32 == 0) s.base[c] = before;
     }
     __syncthreads();
     const std::uint64_t a0 = s.base[0] + (rank >> 32), t0 = s.base[1] + (rank & 0xFFFFFFFFu);

@@ -142,10 +142,11 @@ class phase_timeline {
 
 /**
  * Exact top-k at 1 % (fp32), each kernel timed between events: a counter `<launch>_us` per
- * launch (median over runs), under both ways of counting digits (topk_counting). The H100 ran
- * the whole select at 0.32 TB/s against a model of 1.1 (docs/performance.md): this says which
- * kernel holds the time, and whether __match_any_sync pays for itself. A launch's time includes
- * any wait for the host to issue it (at small n, the one-block selects can finish first).
+ * launch (median over runs), under both ways of counting digits (topk_counting), on the
+ * synthetic gradient and on keys crowded into one binade. The H100 ran the whole select at 0.32
+ * TB/s against a model of 1.1 (docs/performance.md): this says which kernel holds the time, and
+ * whether __match_any_sync pays for itself. A launch's time includes any wait for the host to
+ * issue it.
  */
 enum class topk_input { synthetic, one_binade };
 

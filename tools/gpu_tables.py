@@ -68,6 +68,7 @@ def fusion(runs):
     return "\n".join(lines)
 
 
+# In launch order; the selects were launches of their own before 2026-11-26.
 TOPK_LAUNCHES = ("init0", "histogram0", "select0", "compact0", "select1", "histogram1", "select2", "emit0")
 
 
@@ -75,8 +76,8 @@ def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
     """BM_cuda_topk_phases: each launch's median µs, under each way of counting digits."""
     found = [(k, r) for k, r in runs.items() if k.startswith("BM_cuda_topk_phases") and "median_us" in r and
              k.rsplit("/", 1)[-1].isdigit() and int(k.rsplit("/", 1)[-1]) in sizes]
-    launches = list(TOPK_LAUNCHES) + sorted({c[:-3] for _, r in found for c in r if c.endswith("_us")} -
-                                             set(TOPK_LAUNCHES) - {"median"})
+    timed = {c[:-3] for _, r in found for c in r if c.endswith("_us")} - {"median"}
+    launches = [c for c in TOPK_LAUNCHES if c in timed] + sorted(timed - set(TOPK_LAUNCHES))
     lines = ["| counting | input | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 4)]
     for k, r in found:
         counting = re.search(r"topk_counting::(\w+)", k).group(1)

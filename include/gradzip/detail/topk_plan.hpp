@@ -28,6 +28,7 @@ struct cuda_topk_state {
   std::uint64_t resolved;         // 1 once T is known: at the last digit, or when a bin is taken whole
   std::uint64_t candidates;       // elements in the candidate list, or cuda_topk_no_list
   unsigned long long tickets[2];  // tile ids of the compaction and the emit (lookback.cuh)
+  unsigned blocks_done;           // blocks of the running counting pass that have finished it
 };
 
 /// One radix digit: bits [shift, shift + width) of the key.

@@ -3,7 +3,8 @@
 // host synchronization.
 //
 // Digits of 11 bits (31 = 11 + 11 + 9 for float, half and bf16 keys; 63 = 5 x 11 + 8 for double):
-//   1. histogram of the first digit over x; one block picks the bin holding the k-th largest;
+//   1. histogram of the first digit over x; the pass's last block picks the bin holding the k-th
+//      largest (select_if_last: no launch of its own);
 //   2. one pass over x compacts, in index order, every element whose key is at least that bin's
 //      lowest (the k largest plus the rest of the bin) into a candidate list, and counts the
 //      second digit of the bin's elements on the way: filter and next histogram fused;
@@ -13,7 +14,8 @@
 //      equal to T, each at its rank, so indices come out sorted and ties go to the lower index.
 // The compactions are single passes with decoupled look-back (lookback.cuh). Every count is an
 // integer and every position a rank in index order, so the payload equals the host's byte for
-// byte. x is read twice (plus the list); the only memset is 16 KB of bins and the tile words.
+// byte. x is read twice (plus the list); a float's top-k is 5 launches, the first zeroing 16 KB
+// of bins and the tile words.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -131,19 +133,96 @@ __device__ inline void flush_bins(const unsigned* bins, unsigned long long* hist
   }
 }
 
+/// The state, and zeros over `words` u64 words (the bins and the tile words): one launch, not a
+/// kernel and a memset.
 template <class Key>
-__global__ __launch_bounds__(1)
-void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k) {
-  *st = cuda_topk_state<Key>{};
-  st->rank = k;
-  st->candidates = cuda_topk_no_list;
+__global__ __launch_bounds__(topk_policy::threads)
+void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k, std::uint64_t* zeros, std::uint64_t words) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *st = cuda_topk_state<Key>{};
+    st->rank = k;
+    st->candidates = cuda_topk_no_list;
+  }
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += stride) zeros[i] = 0;
+}
+
+/**
+ * One block finds, in hist[0 .. bins), the bin holding the rank-th largest, the count of
+ * elements in higher bins and the count in the bin. Every thread gets the answer. Thread t owns
+ * descending positions [8t, 8t + 8) (bins <= 8 * threads), read at once: volatile, since other
+ * blocks' atomics wrote them in this kernel.
+ */
+__device__ inline void block_find_rank(const unsigned long long* hist, int bins, std::uint64_t rank, int& bin,
+                                       std::uint64_t& above, std::uint64_t& in_bin) {
+  static_assert(topk_digit_bins <= 8 * cuda_topk_select_threads, "block_find_rank: at most 8 bins per thread");
+  using scan_t = cub::BlockScan<std::uint64_t, cuda_topk_select_threads>;
+  __shared__ typename scan_t::TempStorage temp;
+  __shared__ int found_bin;
+  __shared__ std::uint64_t found_above, found_count;
+  const auto* counts = static_cast<const volatile unsigned long long*>(hist);
+  const int first = static_cast<int>(threadIdx.x) * 8;
+  std::uint64_t c[8];
+#pragma unroll
+  for (int p = 0; p < 8; ++p) c[p] = first + p < bins ? counts[bins - 1 - (first + p)] : 0;
+  std::uint64_t mine = 0;
+#pragma unroll
+  for (int p = 0; p < 8; ++p) mine += c[p];
+  std::uint64_t before = 0;
+  scan_t(temp).ExclusiveSum(mine, before);
+  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank, in its own bins
+    std::uint64_t acc = before;
+    bool found = false;
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      if (!found && acc + c[p] >= rank) {
+        found = true;
+        found_bin = bins - 1 - (first + p);
+        found_above = acc;
+        found_count = c[p];
+      }
+      acc += c[p];
+    }
+  }
+  __syncthreads();
+  bin = found_bin;
+  above = found_above;
+  in_bin = found_count;
+}
+
+/**
+ * The end of a counting pass, in every block after its flush_bins: the last block to finish
+ * picks digit d's bin, narrows the state, and zeroes the bins and `done` for the next pass. So
+ * the select costs no launch of its own (a one-block launch took about 5 us at every n on an
+ * H200, three of them in a float's top-k). Every block read the state before it counted, so the
+ * last one may change it.
+ */
+template <class Key>
+__device__ inline void select_if_last(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
+  static_assert(topk_policy::threads == cuda_topk_select_threads, "select_if_last: a pass's block selects");
+  __shared__ bool last;
+  __threadfence();  // this block's bins (flush_bins) before its count of finished blocks
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&st->blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other block's bins before the reads below
+  const int bins = 1 << d.width;
+  int bin = 0;
+  std::uint64_t above = 0, in_bin = 0;
+  block_find_rank(hist, bins, st->rank, bin, above, in_bin);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) hist[b] = 0;
+  if (threadIdx.x == 0) {
+    narrow_state(st, d, bin, above, in_bin);
+    st->blocks_done = 0;
+  }
 }
 
 /// Histogram of digit d over the keys that match the prefix: x at the first digit, the list (or
 /// x) after the compaction. Returns at once once T is resolved.
 template <class T, class Key, topk_counting Counting>
 __global__ __launch_bounds__(topk_policy::threads)
-void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, const cuda_topk_state<Key>* st,
+void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                            radix_digit d, unsigned long long* hist) {
   if (st->resolved != 0) return;
   __shared__ unsigned bins[topk_digit_bins];
@@ -163,58 +242,14 @@ void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, const
     }
   }
   flush_bins(bins, hist);
+  select_if_last(hist, d, st);
 }
 
-/**
- * One block finds, in hist[0 .. bins), the bin holding the rank-th largest, the count of
- * elements in higher bins and the count in the bin. Every thread gets the answer.
- */
-__device__ inline void block_find_rank(const unsigned long long* hist, int bins, std::uint64_t rank, int& bin,
-                                       std::uint64_t& above, std::uint64_t& in_bin) {
-  using scan_t = cub::BlockScan<std::uint64_t, cuda_topk_select_threads>;
-  __shared__ typename scan_t::TempStorage temp;
-  __shared__ int found_bin;
-  __shared__ std::uint64_t found_above, found_count;
-  const int per = (bins + cuda_topk_select_threads - 1) / cuda_topk_select_threads;
-  const int first = static_cast<int>(threadIdx.x) * per;
-  // Thread t owns descending positions [t * per, (t + 1) * per): bins from the top down.
-  std::uint64_t mine = 0;
-  for (int p = first; p < first + per && p < bins; ++p) mine += hist[bins - 1 - p];
-  std::uint64_t before = 0;
-  scan_t(temp).ExclusiveSum(mine, before);
-  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank, in its own bins
-    std::uint64_t acc = before;
-    for (int p = first; p < first + per && p < bins; ++p) {
-      const std::uint64_t c = hist[bins - 1 - p];
-      if (acc + c >= rank) {
-        found_bin = bins - 1 - p;
-        found_above = acc;
-        found_count = c;
-        break;
-      }
-      acc += c;
-    }
-  }
-  __syncthreads();
-  bin = found_bin;
-  above = found_above;
-  in_bin = found_count;
-}
-
-/// One block: picks digit d's bin, narrows the state, and zeroes the bins for the next pass.
-template <class Key>
-__global__ __launch_bounds__(cuda_topk_select_threads)
-void topk_select_kernel(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
-  if (st->resolved != 0) return;  // nothing was counted: the bins are still zero
-  const int bins = 1 << d.width;
-  int bin = 0;
-  std::uint64_t above = 0, in_bin = 0;
-  block_find_rank(hist, bins, st->rank, bin, above, in_bin);
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) hist[b] = 0;
-  if (threadIdx.x == 0) narrow_state(st, d, bin, above, in_bin);
-}
-
-/// Shared storage of a compaction tile: the block scan, the tile id and the tile's base.
+/// Shared storage of a compaction tile: the block scan, the tile id and the tile's base. Measured
+/// on an H200 at 2^28 and left out: two of them alternated tile by tile (three barriers per tile,
+/// not five) ran no faster, since the warps' barrier stalls are their wait for warp 0's
+/// look-back; claiming the next tile during that look-back ran 2.9 times slower, since the tiles
+/// after a claimed one then waited a whole tile longer for its count.
 struct topk_tile_storage {
   cub::BlockScan<std::uint64_t, topk_policy::threads>::TempStorage scan;
   std::uint64_t id;
@@ -226,6 +261,10 @@ struct topk_tile_storage {
 /// 16 KB of fp32. One run for doubles: two spilled under the 64-register budget.
 template <class T>
 inline constexpr unsigned topk_compact_runs = sizeof(T) <= 4 ? 2 : 1;
+/// Blocks per SM the compaction's registers allow: for doubles 3 (85 registers), since ptxas for
+/// sm_100 spilled them at 64.
+template <class T>
+inline constexpr unsigned topk_compact_min_blocks = sizeof(T) <= 4 ? topk_min_blocks_per_sm : 3;
 template <class T>
 GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
   constexpr std::uint64_t tile = topk_compact_runs<T> * topk_tile;
@@ -241,7 +280,7 @@ GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
  * ranks both in index order.
  */
 template <class T, class Key, topk_counting Counting>
-__global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
+__global__ __launch_bounds__(topk_policy::threads, topk_compact_min_blocks<T>)
 void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
   constexpr unsigned runs = topk_compact_runs<T>;
@@ -300,6 +339,7 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
     __syncthreads();  // the scan's storage and the base are reused for the next tile
   }
   flush_bins(bins, hist);
+  if (count_next) select_if_last(hist, next, st);
 }
 
 /**
@@ -397,29 +437,24 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   auto* words = reinterpret_cast<std::uint64_t*>(base + l.words);
   const topk_list<T> list{reinterpret_cast<std::uint64_t*>(base + l.index), reinterpret_cast<T*>(base + l.values),
                           l.capacity};
-  launch(topk_init_kernel<Key>, 1, 1, 0, stream, state, k);
-  GRADZIP_CUDA_TRY(cudaMemsetAsync(hist, 0, l.index - l.hist, stream));  // the bins and the tile words
+  const unsigned grid = grid_for_policy<topk_policy>(exec, n);
+  const auto threads = topk_policy::threads;
+  const std::uint64_t zeros = (l.index - l.hist) / sizeof(std::uint64_t);  // the bins and the tile words
+  const auto zero_blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid, (zeros + threads - 1) / threads));
+  launch(topk_init_kernel<Key>, zero_blocks, threads, 0, stream, state, k, reinterpret_cast<std::uint64_t*>(hist), zeros);
   marks("init");
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
-  const unsigned grid = grid_for_policy<topk_policy>(exec, n);
-  const auto threads = topk_policy::threads;
-  const auto select = [&](radix_digit d) {
-    launch(topk_select_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, hist, d, state);
-    marks("select");
-  };
+  // Each counting pass ends with its last block's select (select_if_last): no launch between.
   launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[0], hist);
   marks("histogram");
-  select(digits[0]);
   launch(topk_compact_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[1], hist,
          words);
   marks("compact");
-  select(digits[1]);
   for (int level = 2; level < levels; ++level) {
     launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[level],
            hist);
     marks("histogram");
-    select(digits[level]);
   }
   launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, list, state,
          words + topk_tiles(n), sink);

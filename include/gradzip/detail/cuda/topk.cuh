@@ -261,10 +261,6 @@ struct topk_tile_storage {
 /// 16 KB of fp32. One run for doubles: two spilled under the 64-register budget.
 template <class T>
 inline constexpr unsigned topk_compact_runs = sizeof(T) <= 4 ? 2 : 1;
-/// Blocks per SM the compaction's registers allow: for doubles 3 (85 registers), since ptxas for
-/// sm_100 spilled them at 64.
-template <class T>
-inline constexpr unsigned topk_compact_min_blocks = sizeof(T) <= 4 ? topk_min_blocks_per_sm : 3;
 template <class T>
 GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
   constexpr std::uint64_t tile = topk_compact_runs<T> * topk_tile;
@@ -280,7 +276,7 @@ GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
  * ranks both in index order.
  */
 template <class T, class Key, topk_counting Counting>
-__global__ __launch_bounds__(topk_policy::threads, topk_compact_min_blocks<T>)
+__global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
 void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
   constexpr unsigned runs = topk_compact_runs<T>;

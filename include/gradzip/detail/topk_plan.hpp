@@ -10,9 +10,9 @@
 
 namespace gradzip::detail {
 
-/// Threads of the one-block select kernels. 256, not 1024: ptxas gives them 80 registers on
-/// sm_90, and 80 x 1024 exceeds a block's 65,536 (the launch failed); at 256 each thread sums 8
-/// of the 2,048 bins, and tools/check_kernels.py guards the fit.
+/// Threads of the block that picks a digit's bin (`block_find_rank`, in the last block of each
+/// counting pass; once a kernel of its own, whose 1,024 threads at 80 registers could not launch
+/// on sm_90): 256, each thread summing 8 of the 2,048 bins.
 inline constexpr int cuda_topk_select_threads = 256;
 
 /// Until the compaction has run, the candidate list holds nothing a pass may read.

@@ -100,9 +100,9 @@ __device__ inline unsigned digit_of(Key key, Key prefix, Key mask, radix_digit d
  *   atomic per element, lanes of one digit serialized.
  * The counts are the same integers either way. `per_element` is the default: on an H200
  * (2026-11-26, `gradzip_bench_cuda`'s `BM_cuda_topk_phases`) the first histogram over 2^28
- * synthetic fp32 took 315 µs by it (3.4 TB/s) and 1,593 µs by `match_any`; at 2^20, 10.4 against
- * 14.7 (docs/performance.md, "Exact top-k"). The benchmark also times inputs whose keys crowd
- * into 8 bins, where per-element atomics collide most.
+ * synthetic fp32 took 334 µs by it and 1,583 µs by `match_any`; 13.2 against 18.1 at 2^20
+ * (docs/performance.md, "Measured on an H200"). On keys crowded into 8 bins, where per-element
+ * atomics collide most, 333 against 683 at 2^28.
  */
 enum class topk_counting { match_any, per_element };
 inline constexpr topk_counting topk_default_counting = topk_counting::per_element;
@@ -150,8 +150,10 @@ void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k, std::uint64_t* 
 /**
  * One block finds, in hist[0 .. bins), the bin holding the rank-th largest, the count of
  * elements in higher bins and the count in the bin. Every thread gets the answer. Thread t owns
- * descending positions [8t, 8t + 8) (bins <= 8 * threads), read at once: volatile, since other
- * blocks' atomics wrote them in this kernel.
+ * descending positions [8t, 8t + 8) (bins <= 8 * threads): it sums them (8 loads at once), and
+ * the one thread whose sum holds the rank reads its 8 again to find the bin, so that no thread
+ * keeps 8 counts across the scan (the histogram's 32 registers). Volatile: other blocks' atomics
+ * wrote the bins in this kernel.
  */
 __device__ inline void block_find_rank(const unsigned long long* hist, int bins, std::uint64_t rank, int& bin,
                                        std::uint64_t& above, std::uint64_t& in_bin) {
@@ -162,26 +164,24 @@ __device__ inline void block_find_rank(const unsigned long long* hist, int bins,
   __shared__ std::uint64_t found_above, found_count;
   const auto* counts = static_cast<const volatile unsigned long long*>(hist);
   const int first = static_cast<int>(threadIdx.x) * 8;
-  std::uint64_t c[8];
-#pragma unroll
-  for (int p = 0; p < 8; ++p) c[p] = first + p < bins ? counts[bins - 1 - (first + p)] : 0;
+  const auto count_at = [&](int p) -> std::uint64_t { return first + p < bins ? counts[bins - 1 - (first + p)] : 0; };
   std::uint64_t mine = 0;
 #pragma unroll
-  for (int p = 0; p < 8; ++p) mine += c[p];
+  for (int p = 0; p < 8; ++p) mine += count_at(p);
   std::uint64_t before = 0;
   scan_t(temp).ExclusiveSum(mine, before);
   if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank, in its own bins
     std::uint64_t acc = before;
-    bool found = false;
-#pragma unroll
+#pragma unroll 1
     for (int p = 0; p < 8; ++p) {
-      if (!found && acc + c[p] >= rank) {
-        found = true;
+      const std::uint64_t c = count_at(p);
+      if (acc + c >= rank) {
         found_bin = bins - 1 - (first + p);
         found_above = acc;
-        found_count = c[p];
+        found_count = c;
+        break;
       }
-      acc += c[p];
+      acc += c;
     }
   }
   __syncthreads();
@@ -219,9 +219,17 @@ __device__ inline void select_if_last(unsigned long long* hist, radix_digit d, c
 }
 
 /// Histogram of digit d over the keys that match the prefix: x at the first digit, the list (or
-/// x) after the compaction. Returns at once once T is resolved.
+/// x) after the compaction. Returns at once once T is resolved. Its launch bounds hold it to 32
+/// registers, 8 blocks per SM, as it had before the select joined it: unbounded, the select's
+/// 48 (sm_90) left room for 5 of the grid's 8 blocks per SM, and the first histogram over 2^28
+/// took 334 µs on an H200 instead of 315. The select spills a few words under 32 (sm_90,
+/// sm_100), once per pass in one block; the counting loop keeps to registers
+/// (tests/device/spills.txt).
+/// Doubles' 64-bit keys need more in the loop: 4 blocks per SM (64 registers) for them.
+template <class T>
+inline constexpr unsigned topk_histogram_min_blocks = sizeof(T) <= 4 ? topk_policy::blocks_per_sm : topk_min_blocks_per_sm;
 template <class T, class Key, topk_counting Counting>
-__global__ __launch_bounds__(topk_policy::threads)
+__global__ __launch_bounds__(topk_policy::threads, topk_histogram_min_blocks<T>)
 void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                            radix_digit d, unsigned long long* hist) {
   if (st->resolved != 0) return;
@@ -394,8 +402,8 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
 }
 
 /// Byte offsets of the device top-k's scratch, each part 256-byte aligned: the state, the bins
-/// and the tile words (contiguous, so one memset zeroes both; 1 count for the compaction, 2 for
-/// the emit), then the list's indices and values.
+/// and the tile words (contiguous, so topk_init_kernel zeroes both; 1 count for the compaction,
+/// 2 for the emit), then the list's indices and values.
 template <class T>
 struct cuda_topk_layout {
   std::uint64_t capacity;  // list entries
@@ -417,8 +425,8 @@ struct no_phase_marks {
  * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
  * sink(position, index, value) on the device for each, positions in ascending index order.
  * Stream-ordered on exec.stream(); no host synchronization. `marks(name)` is called on the host
- * after each kernel's launch ("init", "histogram", "select", "compact", "emit"): a benchmark
- * records an event there to time each kernel.
+ * after each kernel's launch ("init", "histogram", "compact", "histogram", ..., "emit"): a
+ * benchmark records an event there to time each kernel.
  */
 template <topk_counting Counting = topk_default_counting, class T, class Sink, class Marks = no_phase_marks>
 void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, Marks marks = {}) {

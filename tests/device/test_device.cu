@@ -86,11 +86,13 @@ void check_sketch_parity(const gz::sketch::count_sketch& cs, const std::vector<T
   CHECK(out.download() == expected);
 }
 
-/// A warp's look-back for tile `tile`, over words the test lays out.
-__global__ __launch_bounds__(32) void lookback_probe_kernel(std::uint64_t* status, std::uint64_t tile, std::uint64_t aggregate,
-                                                            std::uint64_t* before) {
+/// Warp `warp`'s look-back for tile `tile`, over words the test lays out (the emit walks back
+/// in warps 0 and 1).
+__global__ __launch_bounds__(64) void lookback_probe_kernel(std::uint64_t* status, std::uint64_t tile, std::uint64_t aggregate,
+                                                            unsigned warp, std::uint64_t* before) {
+  if (threadIdx.x / 32 != warp) return;
   const std::uint64_t b = gz::detail::tile_lookback(status, tile, aggregate);
-  before[threadIdx.x] = b;  // every lane gets it
+  before[threadIdx.x % 32] = b;  // every lane gets it
 }
 
 }  // namespace
@@ -101,20 +103,25 @@ TEST_CASE("decoupled look-back sums aggregates back to the nearest inclusive pre
   using status = gz::detail::tile_status;
   // Executors that run one block at a time only ever show a finished (inclusive) predecessor;
   // here the words show what a GPU can: aggregates published, inclusive prefixes not yet.
-  const auto probe = [&](std::vector<std::uint64_t> words, std::uint64_t aggregate) {
+  const auto probe = [&](const std::vector<std::uint64_t>& words, std::uint64_t aggregate) {
     const std::uint64_t tile = words.size() - 1;  // its own word, zero until published
-    device_vector<std::uint64_t> dw(words);
-    device_vector<std::uint64_t> before(32);
-    gz::detail::launch(lookback_probe_kernel, 1, 32, 0, dev.stream(), dw.data, tile, aggregate, before.data);
-    dev.synchronize();
-    const auto b = before.download();
-    INFO("tile " << tile);
-    CHECK(std::all_of(b.begin(), b.end(), [&](std::uint64_t v) { return v == b[0]; }));
-    const auto after = dw.download();
-    CHECK(after[tile] == (status::inclusive | (b[0] + aggregate)));
-    words[tile] = after[tile];
-    CHECK(after == words);  // earlier tiles' words are only read
-    return b[0];
+    std::uint64_t found[2] = {};
+    for (unsigned warp : {0u, 1u}) {
+      device_vector<std::uint64_t> dw(words);
+      device_vector<std::uint64_t> before(32);
+      gz::detail::launch(lookback_probe_kernel, 1, 64, 0, dev.stream(), dw.data, tile, aggregate, warp, before.data);
+      dev.synchronize();
+      const auto b = before.download();
+      INFO("tile " << tile << ", warp " << warp);
+      CHECK(std::all_of(b.begin(), b.end(), [&](std::uint64_t v) { return v == b[0]; }));
+      auto after = dw.download();
+      CHECK(after[tile] == (status::inclusive | (b[0] + aggregate)));
+      after[tile] = words[tile];
+      CHECK(after == words);  // earlier tiles' words are only read
+      found[warp] = b[0];
+    }
+    CHECK(found[0] == found[1]);
+    return found[0];
   };
   CHECK(probe({status::inclusive | 5, status::aggregate | 3, status::aggregate | 4, 0}, 2) == 12);
   CHECK(probe({status::inclusive | 1, status::inclusive | 9, status::aggregate | 6, 0}, 7) == 15);  // stops at tile 1

@@ -192,7 +192,7 @@ __device__ inline void block_find_rank(const unsigned long long* hist, int bins,
 
 /**
  * The end of a counting pass, in every block after its flush_bins: the last block to finish
- * picks digit d's bin, narrows the state, and zeroes the bins and `done` for the next pass. So
+ * picks digit d's bin, narrows the state, and zeroes the bins and `blocks_done` for the next pass. So
  * the select costs no launch of its own (a one-block launch took about 5 us at every n on an
  * H200, three of them in a float's top-k). Every block read the state before it counted, so the
  * last one may change it.

@@ -32,7 +32,16 @@ namespace gradzip::detail {
 /// Packs 32 codes into `bits` bit-plane words (quantize/bit_packing.hpp's layout).
 template <class Code>
 inline void pack_32(const Code* codes, int bits, std::uint32_t* words) {
-#if defined(__SSE2__)
+#if defined(__AVX2__)
+  if constexpr (sizeof(Code) == 1) {  // bit b of each byte moved to its top bit: one word per plane
+    const __m256i all = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
+    for (int b = 0; b < bits; ++b) {
+      const __m256i top = _mm256_sll_epi16(all, _mm_cvtsi32_si128(7 - b));
+      words[b] = static_cast<std::uint32_t>(_mm256_movemask_epi8(top));
+    }
+    return;
+  }
+#elif defined(__SSE2__)
   if constexpr (sizeof(Code) == 1) {
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16));
@@ -126,12 +135,17 @@ quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::u
   if (j < end) add_row(x + j, static_cast<int>(end - j));
   // Lane 0's side of the xor butterfly: merges are commutative bit for bit, so lane l and lane
   // l ^ offset hold the same value and lane 0 only needs lanes below the offset (31 merges).
-  quantize::bucket_stats lane[32];
-  for (int l = 0; l < 32; ++l) lane[l] = {{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}};
+  // The merges stay on the four arrays, so the offsets 16 and 8 are vector instructions (as an
+  // array of 32 structs they were scalar, and took as long as the 512 values' loop above).
   for (int offset = 16; offset > 0; offset /= 2) {
-    for (int l = 0; l < offset; ++l) lane[l] = Values::merge(lane[l], lane[l + offset]);
+    for (int l = 0; l < offset; ++l) {
+      const quantize::bucket_stats merged = Values::merge({{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}},
+                                                          {{acc[0][l + offset], acc[1][l + offset],
+                                                            acc[2][l + offset], acc[3][l + offset]}});
+      for (int k = 0; k < 4; ++k) acc[k][l] = merged.v[k];
+    }
   }
-  return lane[0];
+  return {{acc[0][0], acc[1][0], acc[2][0], acc[3][0]}};
 }
 
 #if defined(__AVX2__)

@@ -665,6 +665,22 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
+template <int... Bits>
+void check_every_width(const std::vector<float>& g, gz::cuda& dev) {
+  (check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::uniform<Bits>, gz::encode::none>{}, dev), ...);
+}
+
+TEST_CASE("cuda dense codes of every width give the host's bit planes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  // A lane's eight codes become their planes' bytes by a bit transpose (up to 8 bits), by planes
+  // of bits otherwise; the four lanes of a group then exchange bytes. Widths 2, 4 and 8 are above.
+  for (std::size_t n : {std::size_t{7}, std::size_t{300}, std::size_t{5003}}) {
+    const auto g = gradzip_tools::synthetic_gradient<float>(n, 41);
+    check_every_width<1, 3, 5, 6, 7, 9, 12, 16>(g, dev);
+  }
+}
+
 TEST_CASE("cuda buckets under 256 elements share a warp and give the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

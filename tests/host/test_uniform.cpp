@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -56,6 +57,29 @@ TEST_CASE("bit packing uses bit planes of 32 codes", "[uniform]") {
   quantize::pack_group(codes, 32, 2, words);
   CHECK(words[0] == 0xAAAAAAAAu);  // bit 0 of l % 4: set for odd l
   CHECK(words[1] == 0xCCCCCCCCu);  // bit 1: set for l % 4 in {2, 3}
+}
+
+TEST_CASE("eight codes' bytes transpose into their bit planes' bytes", "[uniform]") {
+  // quantize::transpose_bits_8x8 (a CUDA lane's run of 8 codes) against pack_group's planes.
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::uint8_t codes[8];
+    for (auto& c : codes) c = static_cast<std::uint8_t>(rng());
+    std::uint32_t lo, hi;
+    std::memcpy(&lo, codes, 4);
+    std::memcpy(&hi, codes + 4, 4);
+    if (trial == 0) lo = hi = 0x80402010u;  // one bit per code, on the diagonal's other side
+    std::uint8_t from[8];
+    std::memcpy(from, &lo, 4);
+    std::memcpy(from + 4, &hi, 4);
+    quantize::transpose_bits_8x8(lo, hi);
+    std::uint32_t planes[8];
+    quantize::pack_group(from, 8, 8, planes);
+    for (int b = 0; b < 8; ++b) {
+      INFO("trial " << trial << ", plane " << b);
+      CHECK(((b < 4 ? lo : hi) >> (8 * (b % 4)) & 0xFFu) == planes[b]);
+    }
+  }
 }
 
 TEST_CASE("uniform nearest stays within half a step of every value", "[uniform]") {

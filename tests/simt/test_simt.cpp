@@ -239,6 +239,16 @@ TEST_CASE("simt: a shuffled thread order exposes a missing barrier", "[simt]") {
   CHECK(differs);
 }
 
+TEST_CASE("simt: __byte_perm picks bytes of y:x as CUDA's default mode does", "[simt]") {
+  const unsigned x = 0x33221100u, y = 0x77665544u;
+  CHECK(__byte_perm(x, y, 0x3210u) == x);
+  CHECK(__byte_perm(x, y, 0x7654u) == y);
+  CHECK(__byte_perm(x, y, 0x5410u) == 0x55441100u);  // the two low bytes of each
+  CHECK(__byte_perm(x, y, 0x0123u) == 0x00112233u);  // reversed
+  CHECK(__byte_perm(x, y, 0x6240u) == 0x66224400u);  // transpose_bytes_4_lanes' selectors
+  CHECK(__byte_perm(x, y, 0x3715u) == 0x33771155u);
+}
+
 TEST_CASE("simt: warp intrinsics follow CUDA's definitions", "[simt]") {
   device_array<int> out(64 * 10);
   REQUIRE(run(warp_ops_kernel, dim3(1), dim3(64), 0, out.data) == cudaSuccess);

@@ -38,6 +38,25 @@ GRADZIP_HOST_DEVICE inline void pack_group(const Code* codes, int n, int bits, s
   }
 }
 
+/// The 8 x 8 bit matrix whose row i is byte i of (lo, hi), lo holding bytes 0-3, transposed in
+/// place: afterwards bit i of byte b is what bit b of byte i was. Eight codes of up to 8 bits, a
+/// byte each, become the bytes of their 8 bit planes (a CUDA lane's run, detail/cuda/bit_planes.cuh).
+/// Three exchanges of off-diagonal blocks, of 1 x 1, 2 x 2 and 4 x 4 bits (Warren, Hacker's
+/// Delight, 2nd ed., section 7-3); the first two stay within each word.
+GRADZIP_HOST_DEVICE inline void transpose_bits_8x8(std::uint32_t& lo, std::uint32_t& hi) {
+  std::uint32_t t = (lo ^ (lo >> 7)) & 0x00AA00AAu;
+  lo ^= t ^ (t << 7);
+  t = (hi ^ (hi >> 7)) & 0x00AA00AAu;
+  hi ^= t ^ (t << 7);
+  t = (lo ^ (lo >> 14)) & 0x0000CCCCu;
+  lo ^= t ^ (t << 14);
+  t = (hi ^ (hi >> 14)) & 0x0000CCCCu;
+  hi ^= t ^ (t << 14);
+  t = (lo ^ (hi << 4)) & 0xF0F0F0F0u;  // the 4 x 4 blocks: high nibbles of lo, low ones of hi
+  lo ^= t;
+  hi ^= t >> 4;
+}
+
 /// Code j of a packed stream (words may sit at any address on the host).
 GRADZIP_HOST_DEVICE inline unsigned unpack_code(const std::uint8_t* words, int bits, std::uint64_t j) {
   const std::uint64_t group_word = (j / 32) * static_cast<std::uint64_t>(bits);

@@ -294,6 +294,14 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
 inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
 }
+/// Byte n of the result is byte (s >> 4 n) & 7 of the 8 bytes y:x (x the low four): the default
+/// mode of CUDA's __byte_perm, whose other selector bit (sign replication) no gradzip kernel sets.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long bytes = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned out = 0;
+  for (int n = 0; n < 4; ++n) out |= static_cast<unsigned>((bytes >> (8 * ((s >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
+  return out;
+}
 inline unsigned __brev(unsigned x) {
   x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
   x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);

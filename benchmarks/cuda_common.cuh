@@ -104,16 +104,22 @@ inline const std::vector<float>& synthetic_prefix(std::size_t n) {
   return g;
 }
 
+/// A device copy of h (cudaMalloc'd; benchmarks keep their inputs to the end).
+template <class T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&d, h.size() * sizeof(T)));
+  GRADZIP_CUDA_TRY(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
 template <class T>
 T* upload_gradient(std::size_t n) {
   const auto& g = synthetic_prefix(n);
   std::vector<T> h(n);
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) h[i] = gradzip::from_double<T>(g[i]);
-  T* d = nullptr;
-  GRADZIP_CUDA_TRY(cudaMalloc(&d, n * sizeof(T)));
-  GRADZIP_CUDA_TRY(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
+  return upload(h);
 }
 
 /// The roofline kernel: a grid-stride copy of 16-byte words, four loads in flight per thread.

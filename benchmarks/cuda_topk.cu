@@ -161,10 +161,7 @@ float* upload_one_binade(std::size_t n) {
     const float m = 1.0f + static_cast<float>(r[0] >> 8) * 0x1p-24f;
     h[i] = (r[1] & 1u) != 0 ? -m : m;
   }
-  float* d = nullptr;
-  GRADZIP_CUDA_TRY(cudaMalloc(&d, n * sizeof(float)));
-  GRADZIP_CUDA_TRY(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
+  return upload(h);
 }
 
 template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic>

@@ -665,19 +665,30 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
-template <int... Bits>
-void check_every_width(const std::vector<float>& g, gz::cuda& dev) {
-  (check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::uniform<Bits>, gz::encode::none>{}, dev), ...);
+/// The device's bytes and its decode of the host's payload, for uniform quantization at width Bits.
+template <int Bits>
+void check_width(const std::vector<float>& g, gz::cuda& dev) {
+  const gz::codec<gz::sparsify::none, gz::quantize::uniform<Bits>, gz::encode::none> c{};
+  INFO(Bits << " bits");
+  check_parity(g, c, dev);
+  gz::host host;
+  check_decode_parity(c, test::compress(c, host, g), g.size(), dev);
 }
 
-TEST_CASE("cuda dense codes of every width give the host's bit planes", "[gpu]") {
+template <int... Bits>
+void check_every_width(const std::vector<float>& g, gz::cuda& dev) {
+  (check_width<Bits>(g, dev), ...);
+}
+
+TEST_CASE("cuda dense codes of every width give the host's bit planes, and decode them", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
-  // A lane's eight codes become their planes' bytes by a bit transpose (up to 8 bits), by planes
-  // of bits otherwise; the four lanes of a group then exchange bytes. Widths 2, 4 and 8 are above.
+  // A lane's eight codes become their planes' bytes by a bit transpose (3 to 8 bits), by planes
+  // of bits otherwise; the four lanes of a group then exchange bytes. A decode's run transposes
+  // back. Widths 2, 4 and 8 are above.
   for (std::size_t n : {std::size_t{7}, std::size_t{300}, std::size_t{5003}}) {
     const auto g = gradzip_tools::synthetic_gradient<float>(n, 41);
-    check_every_width<1, 3, 5, 6, 7, 9, 12, 16>(g, dev);
+    check_every_width<1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16>(g, dev);
   }
 }
 

@@ -40,7 +40,8 @@ GRADZIP_HOST_DEVICE inline void pack_group(const Code* codes, int n, int bits, s
 
 /// The 8 x 8 bit matrix whose row i is byte i of (lo, hi), lo holding bytes 0-3, transposed in
 /// place: afterwards bit i of byte b is what bit b of byte i was. Eight codes of up to 8 bits, a
-/// byte each, become the bytes of their 8 bit planes (a CUDA lane's run, detail/cuda/bit_planes.cuh).
+/// byte each, become the bytes of their 8 bit planes (a CUDA lane's run, detail/cuda/bit_planes.cuh),
+/// and back: the transpose is its own inverse (a CUDA decode's run, detail/cuda/payload.cuh).
 /// Three exchanges of off-diagonal blocks, of 1 x 1, 2 x 2 and 4 x 4 bits (Warren, Hacker's
 /// Delight, 2nd ed., section 7-3); the first two stay within each word.
 GRADZIP_HOST_DEVICE inline void transpose_bits_8x8(std::uint32_t& lo, std::uint32_t& hi) {

@@ -5,10 +5,10 @@
 // of 32 is one word whose byte r is plane b's byte of lane 4 (l / 4) + r. Built one bit at a
 // time, a 4-bit plane set cost about 12 instructions per element (two per code and plane, then
 // three shuffles and their shifts per plane, sm_90 SASS). Here codes of 3 to 8 bits are packed a
-// byte each into two words, whose 8 x 8 bit matrix is transposed so that byte b is plane b's byte
-// (`quantize::transpose_bits_8x8`), and the four lanes then exchange bytes in a 4 x 4 byte transpose (two
-// shuffles and two byte permutes) after which lane 4 q + r holds plane r's word (and plane
-// 4 + r's). Each lane stores its own word, so the warp's stores are consecutive.
+// byte each into two words, whose 8 x 8 bit matrix is transposed so that byte b is plane b's
+// byte (`quantize::transpose_bits_8x8`), and the four lanes then exchange bytes in a 4 x 4 byte
+// transpose (two shuffles and two byte permutes) after which lane 4 q + r holds plane r's word
+// (and plane 4 + r's). Each lane stores its own word, so the warp's stores are consecutive.
 #pragma once
 
 #include <cstdint>
@@ -30,21 +30,22 @@ __device__ inline std::uint32_t transpose_bytes_4_lanes(std::uint32_t w, unsigne
 }
 
 /// Writes the bit planes of this lane's 8 codes (code[i] < 2^Bits, of element 8 l + i of the
-/// warp's span) into `group_words`, the Bits words of its group of 32, when `store` (the group
-/// exists). Every lane of the warp calls it.
+/// warp's span) into words group x Bits .. of `codes`, the Bits words of its group of 32, when
+/// `store` (the group exists). Every lane of the warp calls it.
 template <int Bits>
-__device__ inline void store_bit_planes(const unsigned (&code)[8], std::uint32_t* group_words, bool store,
-                                        unsigned lane) {
+__device__ inline void store_bit_planes(const unsigned (&code)[8], std::uint32_t* codes, std::uint64_t group,
+                                        bool store, unsigned lane) {
   const unsigned r = lane % 4;
+  const std::uint64_t word = group * Bits;
   if constexpr (Bits >= 3 && Bits <= 8) {
     std::uint32_t lo = code[0] | code[1] << 8 | code[2] << 16 | code[3] << 24;
     std::uint32_t hi = code[4] | code[5] << 8 | code[6] << 16 | code[7] << 24;
     quantize::transpose_bits_8x8(lo, hi);  // byte b of (lo, hi): plane b's bits of the 8 codes
     const std::uint32_t low_plane = transpose_bytes_4_lanes(lo, lane);  // plane r
-    if (store && r < Bits) group_words[r] = low_plane;
+    if (store && r < Bits) codes[word + r] = low_plane;
     if constexpr (Bits > 4) {
       const std::uint32_t high_plane = transpose_bytes_4_lanes(hi, lane);  // plane 4 + r
-      if (store && 4 + r < Bits) group_words[4 + r] = high_plane;
+      if (store && 4 + r < Bits) codes[word + 4 + r] = high_plane;
     }
   } else {  // plane by plane, each byte gathered by three shuffles: fewer instructions for 1 and
             // 2 bits than the transposes, which cost about 35 per 8 codes whatever the width
@@ -54,11 +55,12 @@ __device__ inline void store_bit_planes(const unsigned (&code)[8], std::uint32_t
       unsigned byte = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) byte |= ((code[i] >> bit) & 1u) << i;
-      const unsigned word = byte | (__shfl_down_sync(0xFFFFFFFFu, byte, 1) << 8) |
-                            (__shfl_down_sync(0xFFFFFFFFu, byte, 2) << 16) |
-                            (__shfl_down_sync(0xFFFFFFFFu, byte, 3) << 24);
-      if (store && r == 0) group_words[bit] = word;
+      const unsigned plane = byte | (__shfl_down_sync(0xFFFFFFFFu, byte, 1) << 8) |
+                             (__shfl_down_sync(0xFFFFFFFFu, byte, 2) << 16) |
+                             (__shfl_down_sync(0xFFFFFFFFu, byte, 3) << 24);
+      if (store && r == 0) codes[word + bit] = plane;
     }
   }
 }
+
 }  // namespace gradzip::detail

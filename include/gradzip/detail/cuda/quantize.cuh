@@ -51,7 +51,7 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
       code[i] = static_cast<unsigned>(i) < valid ? values.encode(v[i], record, random) : 0u;
     }
     const std::uint64_t group = s + 32 * (lane / 4);  // the group of 32 this lane's codes are in
-    store_bit_planes<Values::bits>(code, codes + (group / 32) * Values::bits, group < end, lane);
+    store_bit_planes<Values::bits>(code, codes, group / 32, group < end, lane);
   }
 }
 

@@ -8,7 +8,8 @@
 // byte each into two words, whose 8 x 8 bit matrix is transposed so that byte b is plane b's
 // byte (`quantize::transpose_bits_8x8`), and the four lanes then exchange bytes in a 4 x 4 byte
 // transpose (two shuffles and two byte permutes) after which lane 4 q + r holds plane r's word
-// (and plane 4 + r's). Each lane stores its own word, so the warp's stores are consecutive.
+// (and plane 4 + r's). Each lane stores its own word: for 3 and 4 bits a warp's store covers
+// consecutive words.
 #pragma once
 
 #include <cstdint>
@@ -21,17 +22,20 @@ namespace gradzip::detail {
 /// j is byte r of lane 4 q + j's w. Two exchanges, with the lane one and two apart, each taking
 /// the partner's bytes where the byte's and the lane's bit differ. Every lane of the warp calls it.
 __device__ inline std::uint32_t transpose_bytes_4_lanes(std::uint32_t w, unsigned lane) {
-  const std::uint32_t near = __shfl_xor_sync(0xFFFFFFFFu, w, 1);
-  // Even lanes: own 0, near's 0, own 2, near's 2. Odd lanes: near's 1, own 1, near's 3, own 3.
-  w = __byte_perm(w, near, lane & 1u ? 0x3715u : 0x6240u);
-  const std::uint32_t far = __shfl_xor_sync(0xFFFFFFFFu, w, 2);
-  // Lanes 0, 1 of four: own 0, 1, far's 0, 1. Lanes 2, 3: far's 2, 3, own 2, 3.
-  return __byte_perm(w, far, lane & 2u ? 0x3276u : 0x5410u);
+  // (Not `near` and `far`: <windows.h> defines both as empty macros.)
+  const std::uint32_t one_apart = __shfl_xor_sync(0xFFFFFFFFu, w, 1);
+  // Even lanes: own 0, partner's 0, own 2, partner's 2.
+  // Odd lanes: partner's 1, own 1, partner's 3, own 3.
+  w = __byte_perm(w, one_apart, lane & 1u ? 0x3715u : 0x6240u);
+  const std::uint32_t two_apart = __shfl_xor_sync(0xFFFFFFFFu, w, 2);
+  // Lanes 0, 1 of four: own 0, 1, partner's 0, 1. Lanes 2, 3: partner's 2, 3, own 2, 3.
+  return __byte_perm(w, two_apart, lane & 2u ? 0x3276u : 0x5410u);
 }
 
-/// Writes the bit planes of this lane's 8 codes (code[i] < 2^Bits, of element 8 l + i of the
-/// warp's span) into words group x Bits .. of `codes`, the Bits words of its group of 32, when
-/// `store` (the group exists). Every lane of the warp calls it.
+/// Writes the bit planes of this lane's 8 codes (code[i]: element 8 l + i of the warp's span)
+/// into words group x Bits .. group x Bits + Bits - 1 of `codes`, its group of 32, when `store`
+/// (the group exists). Every code must be below 2^Bits, as every stage's encode returns at most
+/// its max_code: a higher bit would land in another code's byte. Every lane of the warp calls it.
 template <int Bits>
 __device__ inline void store_bit_planes(const unsigned (&code)[8], std::uint32_t* codes, std::uint64_t group,
                                         bool store, unsigned lane) {
@@ -48,8 +52,8 @@ __device__ inline void store_bit_planes(const unsigned (&code)[8], std::uint32_t
       if (store && 4 + r < Bits) codes[word + 4 + r] = high_plane;
     }
   } else {  // plane by plane, each byte gathered by three shuffles: fewer instructions for 1 and
-            // 2 bits than the transposes, which cost about 35 per 8 codes whatever the width
-            // up to 8; 9 to 16 bits do not fit a byte per code.
+            // 2 bits than the transposes (about 35 per 8 codes for 3 or 4 bits, a byte
+            // transpose and a store more for 5 to 8); 9 to 16 bits do not fit a byte per code.
 #pragma unroll
     for (int bit = 0; bit < Bits; ++bit) {
       unsigned byte = 0;

@@ -154,7 +154,7 @@ __device__ quantize::bucket_stats shared_warp_stats(const T* x, std::uint64_t be
   static_assert(P * per_lane == 8 && L * 8 == Values::bucket, "shared_warp_stats: P buckets of 8 L elements fill 256");
   quantize::bucket_stats s[P];
   // A whole bucket (the rule) is read and added with no bound to test per element, as in
-  // add_strided. Past the last bucket end - begin wraps, and is not a bucket either.
+  // add_strided. Past the last bucket end - begin is 0 or wraps (begin > count): not a bucket.
   if (end - begin == Values::bucket) {
     lane_partials<Values, P, L, per_lane, true>(s, x, begin, end, lane);
   } else {

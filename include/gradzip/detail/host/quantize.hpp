@@ -3,8 +3,8 @@
 // Written for the compiler's vectorizer and the cache: a bucket's statistics are gathered in
 // the canonical 32-lane order (quantize/bucket_stats.hpp) in one read, then its codes are made
 // 256 at a time from the same (now cached) values, with the random bits of eight consecutive
-// elements drawn by one Philox evaluation, and packed into bit planes with SSE2 `movemask` where the
-// target has it. Decoding expands each bit-plane group of 32 codes through a table and
+// elements drawn by one Philox evaluation, and packed into bit planes with AVX2 or SSE2 `movemask`
+// where the target has it. Decoding expands each bit-plane group of 32 codes through a table and
 // accumulates the decoded values contiguously. No allocation: buffers live on the stack.
 #pragma once
 

@@ -692,6 +692,51 @@ TEST_CASE("cuda dense codes of every width give the host's bit planes, and decod
   }
 }
 
+/// The device's decompress and decompress_add (onto a nonzero accumulator) of the host's QSGD
+/// payload equal the host's floats.
+template <class Q>
+void check_qsgd_decode(const std::vector<float>& g, gz::cuda& dev) {
+  const gz::codec<gz::sparsify::none, Q, gz::encode::none> c{{}, Q{3}};
+  gz::host host;
+  const auto payload = test::compress(c, host, g);
+  check_decode_parity(c, payload, g.size(), dev);
+  std::vector<float> acc(g.size());
+  for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = 0.5f - static_cast<float>(i % 7);
+  device_vector<std::byte> dp(payload);
+  device_vector<float> dacc(acc);
+  c.decompress_add(dev, gz::span<const std::byte>(dp.data, payload.size()), dacc.view(), 0.25f);
+  dev.check();
+  c.decompress_add(host, gz::span<const std::byte>(payload), gz::span<float>(acc), 0.25f);
+  const auto got = dacc.download();
+  CHECK(output_difference(got.data(), acc.data(), acc.size()) == "");
+}
+
+TEST_CASE("cuda QSGD decodes by table where a bucket's lanes hold its codes, to the host's floats", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  // By table: 4-bit codes in buckets of 128 (two buckets of 16 lanes per warp) or 512, 3-bit
+  // codes; per element: buckets of 64 (8 lanes for 16 codes) and 5-bit codes. Levels 5 has codes
+  // a payload may not hold (checked before the apply). Sizes end mid-bucket and mid-warp; a NaN
+  // poisons a bucket.
+  for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{255}, std::size_t{257}, std::size_t{4099},
+                        std::size_t{70001}}) {
+    auto g = gradzip_tools::synthetic_gradient<float>(n, 29);
+    if (n > 300) g[200] = std::numeric_limits<float>::quiet_NaN();
+    INFO("n = " << n);
+    check_qsgd_decode<gz::quantize::qsgd<7>>(g, dev);
+    check_qsgd_decode<gz::quantize::qsgd<3>>(g, dev);
+    check_qsgd_decode<gz::quantize::qsgd<5>>(g, dev);
+    check_qsgd_decode<gz::quantize::qsgd<7, 512>>(g, dev);
+    check_qsgd_decode<gz::quantize::qsgd<7, 64>>(g, dev);
+    check_qsgd_decode<gz::quantize::qsgd<15>>(g, dev);
+  }
+  static_assert(gz::detail::decodes_by_table<gz::codec<gz::sparsify::none, gz::quantize::qsgd<7>, gz::encode::none>>);
+  static_assert(gz::detail::decodes_by_table<gz::codec<gz::sparsify::none, gz::quantize::qsgd<7, 512>, gz::encode::none>>);
+  static_assert(!gz::detail::decodes_by_table<gz::codec<gz::sparsify::none, gz::quantize::qsgd<7, 64>, gz::encode::none>>);
+  static_assert(!gz::detail::decodes_by_table<gz::codec<gz::sparsify::none, gz::quantize::qsgd<15>, gz::encode::none>>);
+  static_assert(!gz::detail::decodes_by_table<gz::codec<gz::sparsify::none, gz::quantize::uniform<4>, gz::encode::none>>);
+}
+
 TEST_CASE("cuda buckets under 256 elements share a warp and give the host's bytes", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

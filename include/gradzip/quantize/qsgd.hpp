@@ -56,6 +56,9 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
   /// where every code is valid).
   static constexpr bool codes_need_check = (Levels & (Levels + 1)) != 0;
   static constexpr unsigned max_code = (Levels << 1) | 1u;
+  /// decode divides per value (norm x level / s): a GPU decodes each bucket's 2^Bits codes once
+  /// and looks its values up (detail/cuda/payload.cuh, where the bucket's lanes allow it).
+  static constexpr bool decode_by_table = true;
   /// Params: u8 levels, 3 zero bytes, u32 bucket.
   static constexpr std::uint64_t param_bytes = 8;
 

@@ -176,6 +176,52 @@ __device__ inline void decode_bucketed_run(const payload_view& v, std::uint64_t 
   for (int k = 0; k < 8; ++k) value[k] = Values::decode(code[k], record);
 }
 
+/// Lanes of a warp's 32 runs (256 elements) that share a bucket: all 32 when buckets are
+/// multiples of 256 elements, B / 8 when 256 / B buckets share the warp (runs start at multiples
+/// of 32 runs), 0 when a bucket may straddle two warps' spans.
+template <class Values>
+inline constexpr unsigned bucket_lanes =
+    Values::bucket % 256 == 0 ? 32u : 256 % Values::bucket == 0 ? static_cast<unsigned>(Values::bucket / 8) : 0u;
+
+template <class Values, class = void>
+struct declares_table_decode : std::false_type {};
+template <class Values>
+struct declares_table_decode<Values, std::void_t<decltype(Values::decode_by_table)>>
+    : std::bool_constant<Values::decode_by_table> {};
+
+/// Whether a dense payload's values are decoded by table: the stage asks for it (its decode is
+/// costly: QSGD's divides) and each bucket's lanes can hold one entry per code.
+template <class Codec>
+inline constexpr bool decodes_by_table = [] {
+  if constexpr (Codec::bucketed && Codec::dense) {
+    using Values = typename Codec::values_type;
+    return declares_table_decode<Values>::value && (1u << Values::bits) <= bucket_lanes<Values>;
+  } else {
+    return false;
+  }
+}();
+
+/// Values of lane `lane`'s run r (possibly empty: a lane past the last run) of a dense bucketed
+/// payload, by table: lane g L + c (L = bucket_lanes) computes Values::decode(c, record) of its
+/// group's bucket once, and each of the run's codes fetches its value by a shuffle, instead of
+/// every element calling decode (QSGD 4-bit: a division per element). Every lane of the warp
+/// calls it; the floats are decode's own, so they equal the host's.
+template <class Values>
+__device__ inline void decode_run_by_table(const payload_view& v, const run_of_8& r, unsigned lane, float (&value)[8]) {
+  constexpr unsigned L = bucket_lanes<Values>, codes = 1u << Values::bits;
+  static_assert(codes <= L, "decode_run_by_table: an entry per code in each bucket's lanes");
+  const std::uint64_t bucket = r.first / Values::bucket;
+  // A lane past the last bucket makes an entry nobody fetches: a group with a value has a bucket.
+  const auto record = bucket < Values::bucket_count(v.count) ? Values::load_record(v.scales, bucket)
+                                                             : typename Values::record{};
+  const float entry = Values::decode((lane % L) % codes, record);
+  unsigned code[8] = {};
+  if (r.valid > 0) codes_of_run<Values>(v, r.first, code);
+  const unsigned group = lane - lane % L;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) value[k] = __shfl_sync(0xFFFFFFFFu, entry, static_cast<int>(group + code[k]));
+}
+
 /// Whether a codec's element checks run in runs of 8 (dense bucketed payloads: only codes to
 /// check, read from the plane words) rather than one element per thread.
 template <class Codec>
@@ -228,9 +274,28 @@ void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float
   if (!decoding_ok(st)) return;
   const payload_view v = *view;
   const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t first_run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (decodes_by_table<Codec>) {
+    // Warp-uniform trips, so that every lane reaches the table's shuffles; a lane past the last
+    // run (valid 0) makes its entry and touches nothing else.
+    const unsigned lane = threadIdx.x % 32;
+    for (std::uint64_t base = first_run - lane; base < runs; base += stride) {
+      const run_of_8 r = run_at(base + lane, n);
+      T y[8] = {};
+      if (!overwrite && r.valid > 0) load_run(out, r.first, r.valid, y);
+      float value[8];
+      decode_run_by_table<typename Codec::values_type>(v, r, lane, value);
+      if (r.valid == 0) continue;
+#pragma unroll
+      for (unsigned k = 0; k < 8; ++k) {
+        if (k < r.valid) accumulate(y[k], value[k], alpha);
+      }
+      store_run(out, r.first, r.valid, y);
+    }
+    return;
+  }
   with_value_type<Codec>(v, [&](auto type) {
-    for (std::uint64_t run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; run < runs;
-         run += stride) {
+    for (std::uint64_t run = first_run; run < runs; run += stride) {
       const run_of_8 r = run_at(run, n);
       T y[8] = {};  // from_double<T>(0.0): all-zero bits for every element type
       if (!overwrite) load_run(out, r.first, r.valid, y);

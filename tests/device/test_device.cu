@@ -61,6 +61,21 @@ void check_decode_parity(const Codec& c, const std::vector<std::byte>& payload, 
   CHECK(output_difference(got.data(), expected.data(), n) == "");
 }
 
+/// The device adds alpha x a host-made payload into acc as the host does, bit for bit.
+template <class Codec>
+void check_decompress_add_parity(const Codec& c, const std::vector<std::byte>& payload, std::vector<float> acc,
+                                 gz::cuda& dev, float alpha = 0.25f) {
+  gz::host host;
+  device_vector<std::byte> dp(payload);
+  device_vector<float> dacc(acc);
+  c.decompress_add(dev, gz::span<const std::byte>(dp.data, payload.size()), dacc.view(), alpha);
+  dev.check();
+  c.decompress_add(host, gz::span<const std::byte>(payload), gz::span<float>(acc), alpha);
+  const auto got = dacc.download();
+  INFO("n = " << acc.size());
+  CHECK(output_difference(got.data(), acc.data(), acc.size()) == "");
+}
+
 template <class T>
 std::vector<T> converted(const std::vector<float>& f) {
   std::vector<T> out(f.size());
@@ -279,15 +294,11 @@ TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {
   const std::size_t n = 1 << 18;
   const gz::codec<gz::sparsify::topk> c{gz::sparsify::topk::ratio(0.02)};
   const auto payload = test::compress(c, host, gradzip_tools::synthetic_gradient<float>(n, 5));
-  auto acc = gradzip_tools::synthetic_gradient<float>(n, 6);
-  device_vector<std::byte> dp(payload);
-  device_vector<float> dacc(acc);
-  c.decompress_add(dev, gz::span<const std::byte>(dp.data, payload.size()), dacc.view(), 0.25f);
-  dev.check();
-  c.decompress_add(host, gz::span<const std::byte>(payload), gz::span<float>(acc), 0.25f);
-  const auto got = dacc.download();
-  CHECK(output_difference(got.data(), acc.data(), n) == "");
+  check_decompress_add_parity(c, payload, gradzip_tools::synthetic_gradient<float>(n, 6), dev);
 
+  // decompress overwrites what the output held.
+  device_vector<std::byte> dp(payload);
+  device_vector<float> dacc(gradzip_tools::synthetic_gradient<float>(n, 6));
   std::vector<float> dense(n);
   c.decompress(host, gz::span<const std::byte>(payload), gz::span<float>(dense));
   c.decompress(dev, gz::span<const std::byte>(dp.data, payload.size()), dacc.view());
@@ -702,13 +713,7 @@ void check_qsgd_decode(const std::vector<float>& g, gz::cuda& dev) {
   check_decode_parity(c, payload, g.size(), dev);
   std::vector<float> acc(g.size());
   for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = 0.5f - static_cast<float>(i % 7);
-  device_vector<std::byte> dp(payload);
-  device_vector<float> dacc(acc);
-  c.decompress_add(dev, gz::span<const std::byte>(dp.data, payload.size()), dacc.view(), 0.25f);
-  dev.check();
-  c.decompress_add(host, gz::span<const std::byte>(payload), gz::span<float>(acc), 0.25f);
-  const auto got = dacc.download();
-  CHECK(output_difference(got.data(), acc.data(), acc.size()) == "");
+  check_decompress_add_parity(c, payload, acc, dev);
 }
 
 TEST_CASE("cuda QSGD decodes by table where a bucket's lanes hold its codes, to the host's floats", "[gpu]") {
@@ -958,14 +963,7 @@ void check_encoding_parity(const Codec& c, std::size_t n, std::uint64_t seed) {
   const auto got = device_compress(c, dev, x);
   REQUIRE(got.size() == expected.size());
   CHECK(std::memcmp(got.data(), expected.data(), got.size()) == 0);
-  auto acc = gradzip_tools::synthetic_gradient<float>(n, seed + 1);
-  device_vector<std::byte> dp(expected);
-  device_vector<float> dacc(acc);
-  c.decompress_add(dev, gz::span<const std::byte>(dp.data, expected.size()), dacc.view(), 0.5f);
-  dev.check();
-  c.decompress_add(host, gz::span<const std::byte>(expected), gz::span<float>(acc), 0.5f);
-  const auto decoded = dacc.download();
-  CHECK(output_difference(decoded.data(), acc.data(), n) == "");
+  check_decompress_add_parity(c, expected, gradzip_tools::synthetic_gradient<float>(n, seed + 1), dev, 0.5f);
 }
 
 }  // namespace

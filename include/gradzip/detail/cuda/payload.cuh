@@ -260,6 +260,15 @@ void validate_kernel(const payload_view* view, const wire::status* st, unsigned 
   }
 }
 
+/// y[k] += alpha x value[k] (the host's `accumulate`) for the run's first `valid` elements.
+template <class T, class V>
+__device__ inline void accumulate_run(T (&y)[8], const V (&value)[8], unsigned valid, float alpha) {
+#pragma unroll
+  for (unsigned k = 0; k < 8; ++k) {
+    if (k < valid) accumulate(y[k], value[k], alpha);
+  }
+}
+
 /**
  * A dense payload (every element, in order) into y: y[i] <- (overwrite ? 0 : y[i]) + alpha x
  * value i, the host's `accumulate` per element. With `overwrite` (decompress) y is written
@@ -286,10 +295,7 @@ void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float
       float value[8];
       decode_run_by_table<typename Codec::values_type>(v, r, lane, value);
       if (r.valid == 0) continue;
-#pragma unroll
-      for (unsigned k = 0; k < 8; ++k) {
-        if (k < r.valid) accumulate(y[k], value[k], alpha);
-      }
+      accumulate_run(y, value, r.valid, alpha);
       store_run(out, r.first, r.valid, y);
     }
     return;
@@ -302,19 +308,13 @@ void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float
       if constexpr (Codec::bucketed) {
         float value[8];
         decode_bucketed_run<typename Codec::values_type>(v, r.first, value);
-#pragma unroll
-        for (unsigned k = 0; k < 8; ++k) {
-          if (k < r.valid) accumulate(y[k], value[k], alpha);
-        }
+        accumulate_run(y, value, r.valid, alpha);
       } else {
         // Eight independent loads of the values in flight, then the arithmetic.
         double value[8];
 #pragma unroll
         for (unsigned k = 0; k < 8; ++k) value[k] = k < r.valid ? frame<Codec>::value_at(v, decltype(type)::value, r.first + k) : 0.0;
-#pragma unroll
-        for (unsigned k = 0; k < 8; ++k) {
-          if (k < r.valid) accumulate(y[k], value[k], alpha);
-        }
+        accumulate_run(y, value, r.valid, alpha);
       }
       store_run(out, r.first, r.valid, y);
     }

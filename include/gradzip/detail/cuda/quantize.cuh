@@ -74,6 +74,21 @@ __device__ void encode_strided(const Values& values, const T* x, std::uint64_t b
   }
 }
 
+/// add_strided's step: lane l adds values s + l, s + l + 32, ..., s + l + 224 that lie below end,
+/// all 8 loaded before the first add. Whole: the span lies below end, so none is tested.
+template <class Values, bool Whole, class T>
+__device__ inline void add_span(quantize::bucket_stats& stats, const T* x, std::uint64_t s, std::uint64_t end,
+                                unsigned lane) {
+  const auto present = [&](unsigned m) { return Whole || s + 32 * m + lane < end; };
+  float v[8];
+#pragma unroll
+  for (unsigned m = 0; m < 8; ++m) v[m] = present(m) ? static_cast<float>(to_float(x[s + 32 * m + lane])) : 0.0f;
+#pragma unroll
+  for (unsigned m = 0; m < 8; ++m) {
+    if (present(m)) Values::add(stats, v[m]);
+  }
+}
+
 /// Lane l's statistics of a bucket's values [begin, end): values l, l + 32, ... added in that
 /// order (the canonical order, quantize/bucket_stats.hpp), 256 at a time with the lane's 8
 /// loads issued before its first add, so that 8 are in flight (each load instruction of the warp
@@ -84,26 +99,8 @@ __device__ inline void add_strided(quantize::bucket_stats& stats, const T* x, st
   std::uint64_t s = begin;
   // Whole spans first, with no bound to test per element: the tests and their predicated adds
   // were most of this loop's instructions (17 per element for uniform 4-bit in sm_90's SASS).
-  for (; s + 256 <= end; s += 256) {
-    const T* row = x + s + lane;
-    float v[8];
-#pragma unroll
-    for (unsigned m = 0; m < 8; ++m) v[m] = static_cast<float>(to_float(row[32 * m]));
-#pragma unroll
-    for (unsigned m = 0; m < 8; ++m) Values::add(stats, v[m]);
-  }
-  if (s < end) {  // the bucket's last, partial span
-    float v[8];
-#pragma unroll
-    for (unsigned m = 0; m < 8; ++m) {
-      const std::uint64_t j = s + 32 * m + lane;
-      v[m] = j < end ? static_cast<float>(to_float(x[j])) : 0.0f;
-    }
-#pragma unroll
-    for (unsigned m = 0; m < 8; ++m) {
-      if (s + 32 * m + lane < end) Values::add(stats, v[m]);
-    }
-  }
+  for (; s + 256 <= end; s += 256) add_span<Values, true>(stats, x, s, end, lane);
+  if (s < end) add_span<Values, false>(stats, x, s, end, lane);  // the bucket's last, partial span
 }
 
 /// Buckets a warp takes per step: one, or for a dense input in buckets of 32, 64 or 128 elements,

@@ -676,6 +676,30 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
+TEST_CASE("cuda natural compression takes its in-range encode by warp step, with the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  // A warp step (256 values) takes `encode_in_range` only where every value is 0 or at least
+  // the bucket's 2^lowest: here steps with a value below the range, a subnormal, or a lane of a
+  // shared warp (buckets of 64) whose bucket has one, beside steps that qualify; bf16 too.
+  std::vector<float> g(3000);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    g[i] = std::ldexp((i % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(i % 13) / 16), -static_cast<int>(i % 70));
+  }
+  g[20] = std::ldexp(1.5f, -138);      // below 2^(1 - 127 + 1) in its bucket of 512 or 64
+  g[700] = std::ldexp(1.25f, -146);    // subnormal
+  g[1300] = 0.0f;
+  g[2100] = -std::ldexp(1.0f, -131);
+  g[2999] = std::ldexp(1.0f, 60);      // the last bucket's range starts at 2^-66
+  using n8 = gz::quantize::natural<8>;
+  using n8_64 = gz::quantize::natural<8, 64>;
+  using n9 = gz::quantize::natural<9, 128>;
+  check_parity(g, gz::codec<gz::sparsify::none, n8, gz::encode::none>{{}, n8{3}}, dev);
+  check_parity(g, gz::codec<gz::sparsify::none, n8_64, gz::encode::none>{{}, n8_64{4}}, dev);
+  check_parity(g, gz::codec<gz::sparsify::none, n9, gz::encode::none>{{}, n9{5}}, dev);
+  check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, n8, gz::encode::none>{{}, n8{6}}, dev);
+}
+
 /// The device's bytes and its decode of the host's payload, for uniform quantization at width Bits.
 template <int Bits>
 void check_width(const std::vector<float>& g, gz::cuda& dev) {

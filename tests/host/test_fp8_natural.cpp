@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
@@ -216,6 +217,64 @@ TEST_CASE("natural compression is unbiased below the bucket's exponent range", "
   for (std::uint32_t s = 0; s < trials; ++s) sum += round_trip(dense<nat>{{}, nat{5}}, x, {s, 0})[1];
   const double v = x[1], m = std::ldexp(1.0, -26);
   CHECK(std::abs(sum / trials - v) <= 5 * std::sqrt(v * (m - v) / trials));
+}
+
+TEST_CASE("natural's in-range encode gives encode's codes wherever the host takes it", "[natural]") {
+  // The host encodes a block with `encode_in_range` when every value is 0 or at least
+  // `in_range_floor`: the two must agree there, for every bucket exponent, both code widths,
+  // mantissas at their edges and draws at the boundary of a round up.
+  const auto agree = [](auto stage) {
+    using nat = decltype(stage);
+    std::mt19937 gen(17);
+    std::uniform_int_distribution<std::uint32_t> word;
+    for (std::int32_t top = -149; top <= 127; ++top) {
+      const typename nat::record r{top};
+      const std::uint32_t floor = nat::in_range_floor(r);
+      REQUIRE(floor >= 0x00800000u);
+      for (int trial = 0; trial < 400; ++trial) {
+        // Magnitudes from the floor to 2^(top + 1) (the bucket's largest), both signs. Below
+        // top = -126 that range holds no normal float: only 0 is in range there.
+        const auto ceiling = detail::bit_cast<std::uint32_t>(std::ldexp(1.0f, top + 1));
+        std::uint32_t a = ceiling < floor ? 0u : floor + word(gen) % (ceiling - floor + 1);
+        if (trial % 4 == 0 && a != 0) a = (a & 0xFF800000u) | (trial % 8 == 0 ? 0u : 0x7FFFFFu);  // mantissa edges
+        if (trial == 1) a = 0;
+        const float v = detail::bit_cast<float>(a | (word(gen) & 0x80000000u));
+        const std::uint32_t threshold = ((a << 9) >> 8) << 8;  // a draw below it rounds up
+        for (std::uint32_t random : {word(gen), threshold, threshold - 256u, threshold + 255u, 0u, 0xFFFFFFFFu}) {
+          INFO("top " << top << ", |v| bits " << a << ", random " << random);
+          REQUIRE(stage.encode_in_range(v, r, random) == stage.encode(v, r, random));
+        }
+      }
+    }
+    CHECK(nat::in_range_floor({nat::poisoned}) == 0x7F800000u);
+  };
+  agree(quantize::natural<8>{3});
+  agree(quantize::natural<9>{3});
+}
+
+TEST_CASE("natural compression takes the in-range encode block by block", "[natural]") {
+  // One bucket of 512: the first 256-value block holds a value below the bucket's range (and a
+  // subnormal), the second only in-range values and zeros. Each code must be a power of two
+  // bracketing its value (0 or 2^lowest below the range), whichever encode made it.
+  using nat = quantize::natural<8>;
+  std::vector<float> x(1024);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8, -static_cast<int>(i % 90));
+  x[5] = std::ldexp(1.5f, -140);  // subnormal, below 2^(0 - 127 + 1)
+  x[300] = 0.0f;
+  x[700] = std::ldexp(1.25f, -149 + 3);  // the second bucket's first block takes encode
+  const auto out = round_trip(dense<nat>{{}, nat{8}}, x, {2, 1});
+  const float lowest = std::ldexp(1.0f, -125);  // top = 1 in both buckets: 2^(1 - 127 + 1)
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("i = " << i);
+    if (x[i] == 0.0f) {
+      REQUIRE(out[i] == 0.0f);
+    } else if (x[i] < lowest) {
+      REQUIRE((out[i] == 0.0f || out[i] == lowest));
+    } else {
+      const float lower = std::ldexp(1.0f, std::ilogb(x[i]));
+      REQUIRE((out[i] == lower || out[i] == 2 * lower));
+    }
+  }
 }
 
 TEST_CASE("malformed natural payloads are rejected with precise errors", "[natural]") {

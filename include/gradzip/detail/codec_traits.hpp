@@ -121,6 +121,22 @@ struct stored_index {
 template <class Values>
 using needs_code_check = stage::detail::optional_flag<Values, stage::detail::codes_need_check_flag>;
 
+/// A values stage's optional fast encode (quantize/natural.hpp): `in_range_floor(record)` and
+/// `encode_in_range`, equal to `encode` for values that are 0 or finite with magnitude bits at
+/// least the floor. The executors take it for a block (host) or a warp step (CUDA) where every
+/// value qualifies.
+template <class S>
+using in_range_floor_t = decltype(S::in_range_floor(std::declval<const typename S::record&>()));
+template <class Values>
+inline constexpr bool has_in_range_encode = stage::detail::detects<Values, in_range_floor_t>::value;
+
+/// 1 unless v is 0, or finite with magnitude bits at least `floor` (> 0): an integer, not a
+/// bool, so that the host's loop over a block ORs it in vector registers.
+GRADZIP_HOST_DEVICE inline std::uint32_t outside_encode_range(float v, std::uint32_t floor) {
+  const std::uint32_t a = bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu;
+  return static_cast<std::uint32_t>(a - 1u < floor - 1u) | static_cast<std::uint32_t>(a >= 0x7F800000u);
+}
+
 /// values_backend<Exec>: bucketed values stages on an executor (host below, CUDA in cuda.cuh).
 template <class Exec>
 struct values_backend;

@@ -45,10 +45,27 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
     float v[8];
     load_floats(x, first, valid, v);
     unsigned code[8];
+    const auto encode_run = [&](auto encode) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const std::uint32_t random = Values::stochastic ? half_word(block, static_cast<unsigned>(i)) : 0u;
-      code[i] = static_cast<unsigned>(i) < valid ? values.encode(v[i], record, random) : 0u;
+      for (int i = 0; i < 8; ++i) {
+        const std::uint32_t random = Values::stochastic ? half_word(block, static_cast<unsigned>(i)) : 0u;
+        code[i] = static_cast<unsigned>(i) < valid ? encode(v[i], random) : 0u;
+      }
+    };
+    const auto general = [&](float value, std::uint32_t random) { return values.encode(value, record, random); };
+    if constexpr (has_in_range_encode<Values>) {
+      // The fast encode where the whole warp's step qualifies: a warp-uniform branch.
+      const std::uint32_t floor = Values::in_range_floor(record);
+      std::uint32_t outside = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) outside |= static_cast<unsigned>(i) < valid ? outside_encode_range(v[i], floor) : 0u;
+      if (__all_sync(0xFFFFFFFFu, outside == 0)) {
+        encode_run([&](float value, std::uint32_t random) { return values.encode_in_range(value, record, random); });
+      } else {
+        encode_run(general);
+      }
+    } else {
+      encode_run(general);
     }
     const std::uint64_t group = s + 32 * (lane / 4);  // the group of 32 this lane's codes are in
     store_bit_planes<Values::bits>(code, codes, group / 32, group < end, lane);

@@ -310,6 +310,15 @@ inline void consecutive_half_words(std::uint64_t seed, quantize::compress_contex
 #endif
 }
 
+/// Whether every value of x[0, m) is one `encode_in_range` takes: one vectorized pass over the
+/// block the encode is about to read anyway (it is in L1).
+template <class T>
+inline bool all_in_encode_range(const T* x, std::uint64_t m, std::uint32_t floor) {
+  std::uint32_t outside = 0;
+  for (std::uint64_t j = 0; j < m; ++j) outside |= outside_encode_range(static_cast<float>(to_float(x[j])), floor);
+  return outside == 0;
+}
+
 template <>
 struct values_backend<host> {
   static constexpr std::uint64_t block = 256;  // values encoded per step, a multiple of 32
@@ -352,6 +361,15 @@ struct values_backend<host> {
                            IndexOf index_of, quantize::compress_context ctx) {
     alignas(16) typename Values::code_type code[block];
     const auto encode_all = [&](auto word_of) {
+      if constexpr (has_in_range_encode<Values>) {
+        if (all_in_encode_range(x + g, m, Values::in_range_floor(record))) {
+          for (std::uint64_t j = 0; j < m; ++j) {
+            code[j] = static_cast<typename Values::code_type>(
+                values.encode_in_range(static_cast<float>(to_float(x[g + j])), record, word_of(j)));
+          }
+          return;
+        }
+      }
       for (std::uint64_t j = 0; j < m; ++j) {
         code[j] = static_cast<typename Values::code_type>(
             values.encode(static_cast<float>(to_float(x[g + j])), record, word_of(j)));

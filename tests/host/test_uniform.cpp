@@ -258,6 +258,38 @@ TEST_CASE("the host's group packing and unpacking agree with the portable bit pl
   }
 }
 
+template <int Bits>
+void check_codes_above(std::mt19937& rng) {
+  // Codes drawn near a bound so that both sides and equality occur often, every bound below 2^Bits
+  // (up to 300 of them for the wide codes).
+  const unsigned top = (1u << Bits) - 1;
+  for (unsigned max = 0; max <= top; max += (top > 300 ? top / 300 : 1)) {
+    std::uint16_t codes[32];
+    for (auto& c : codes) {
+      const unsigned near = max + (rng() % 5) - 2;
+      c = static_cast<std::uint16_t>((rng() % 3 == 0 ? rng() : near) & top);
+    }
+    std::uint32_t words[16];
+    quantize::pack_group(codes, 32, Bits, words);
+    std::uint32_t expected = 0;
+    for (int l = 0; l < 32; ++l) expected |= static_cast<std::uint32_t>(codes[l] > max) << l;
+    INFO(Bits << " bits, max " << max);
+    REQUIRE(gradzip::detail::codes_above<Bits>(reinterpret_cast<const std::uint8_t*>(words), max) == expected);
+  }
+}
+
+template <int... Bits>
+void check_codes_above_widths(std::mt19937& rng) {
+  (check_codes_above<Bits>(rng), ...);
+}
+
+TEST_CASE("codes above a bound are found on the bit planes, without unpacking", "[uniform]") {
+  // A decoder's code check (TernGrad, QSGD with levels not 2^m - 1) compares all 32 codes of a
+  // group with the stage's largest code bit-serially from the top plane down.
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) check_codes_above_widths<1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16>(rng);
+}
+
 TEST_CASE("stochastic rounding over all 2^16 draws is biased by less than 2^-16 of a step", "[uniform]") {
   // Uniform and QSGD round t to floor(t + u) with u = h / 2^16 (random_half_word). Over all
   // 65,536 draws h the mean code is exactly floor(t) + floor(frac(t) 2^16) / 2^16: at most 2^-16

@@ -57,6 +57,26 @@ inline void pack_32(const Code* codes, int bits, std::uint32_t* words) {
   quantize::pack_group(codes, 32, bits, words);
 }
 
+/// Bit l set where code l of a group of 32 (its `Bits` plane words) is above `max`: compared
+/// from the top plane down on all 32 codes at once, as a bit-serial comparator does, so a
+/// decoder checks codes without unpacking them (two or three word operations per plane).
+template <int Bits>
+inline std::uint32_t codes_above(const std::uint8_t* words, unsigned max) {
+  std::uint32_t above = 0;
+  std::uint32_t equal = 0xFFFFFFFFu;  // codes whose planes so far equal max's bits
+  for (int b = Bits - 1; b >= 0; --b) {
+    std::uint32_t plane;
+    std::memcpy(&plane, words + 4 * b, 4);
+    if ((max >> b) & 1u) {
+      equal &= plane;
+    } else {
+      above |= equal & plane;
+      equal &= ~plane;
+    }
+  }
+  return above;
+}
+
 /// Byte i of spread_byte(v) is bit i of v: eight codes' bits of one plane, one per byte.
 constexpr std::uint64_t spread_byte(unsigned v) {
   std::uint64_t out = 0;
@@ -395,22 +415,18 @@ struct values_backend<host> {
     }
   }
 
-  /// Whether every code of the payload's `count` values is one the stage writes (by group).
+  /// Whether every code of the payload's `count` values is one the stage writes, compared on
+  /// the bit planes 32 codes at a time (`codes_above`); `bad` is the first that is not.
   template <class Values>
   static bool codes_valid(const std::uint8_t* codes, std::uint64_t first_group, std::uint64_t last_group,
                           std::uint64_t count, std::uint64_t& bad) {
     for (std::uint64_t q = first_group; q < last_group; ++q) {
-      typename Values::code_type code[32];
-      unpack_32(codes + q * Values::bits * 4, Values::bits, code);
-      const int n = static_cast<int>(std::min<std::uint64_t>(32, count - q * 32));
-      unsigned largest = 0;  // a reduction first (vectorized); the position only on failure
-      for (int l = 0; l < n; ++l) largest = largest < code[l] ? code[l] : largest;
-      if (largest <= Values::max_code) continue;
-      for (int l = 0; l < n; ++l) {
-        if (code[l] > Values::max_code) {
-          bad = q * 32 + l;
-          return false;
-        }
+      std::uint32_t above = codes_above<Values::bits>(codes + q * Values::bits * 4, Values::max_code);
+      const std::uint64_t n = std::min<std::uint64_t>(32, count - q * 32);
+      if (n < 32) above &= (std::uint32_t{1} << n) - 1u;  // the last group's padding is not checked
+      if (above != 0) {
+        bad = q * 32 + static_cast<std::uint64_t>(lowest_bit64(above));
+        return false;
       }
     }
     return true;

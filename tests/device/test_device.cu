@@ -676,7 +676,7 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
   }
 }
 
-TEST_CASE("cuda natural compression takes its in-range encode by warp step, with the host's bytes", "[gpu]") {
+TEST_CASE("cuda natural compression takes its in-range encode and decode, with the host's bytes and floats", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;
   // A warp step (256 values) takes `encode_in_range` only where every value is 0 or at least
@@ -694,10 +694,19 @@ TEST_CASE("cuda natural compression takes its in-range encode by warp step, with
   using n8 = gz::quantize::natural<8>;
   using n8_64 = gz::quantize::natural<8, 64>;
   using n9 = gz::quantize::natural<9, 128>;
-  check_parity(g, gz::codec<gz::sparsify::none, n8, gz::encode::none>{{}, n8{3}}, dev);
-  check_parity(g, gz::codec<gz::sparsify::none, n8_64, gz::encode::none>{{}, n8_64{4}}, dev);
-  check_parity(g, gz::codec<gz::sparsify::none, n9, gz::encode::none>{{}, n9{5}}, dev);
+  const gz::codec<gz::sparsify::none, n8, gz::encode::none> c8{{}, n8{3}};
+  const gz::codec<gz::sparsify::none, n8_64, gz::encode::none> c8_64{{}, n8_64{4}};
+  const gz::codec<gz::sparsify::none, n9, gz::encode::none> c9{{}, n9{5}};
+  check_parity(g, c8, dev);
+  check_parity(g, c8_64, dev);
+  check_parity(g, c9, dev);
   check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, n8, gz::encode::none>{{}, n8{6}}, dev);
+  // And the decode, whose run of 8 takes `decode_in_range` where its codes all decode to normal
+  // floats: natural<9>'s codes for g[700] and g[2100] decode to subnormals, the others' do not.
+  gz::host host;
+  check_decode_parity(c8, test::compress(c8, host, g), g.size(), dev);
+  check_decode_parity(c8_64, test::compress(c8_64, host, g), g.size(), dev);
+  check_decode_parity(c9, test::compress(c9, host, g), g.size(), dev);
 }
 
 /// The device's bytes and its decode of the host's payload, for uniform quantization at width Bits.

@@ -277,6 +277,64 @@ TEST_CASE("natural compression takes the in-range encode block by block", "[natu
   }
 }
 
+TEST_CASE("natural's in-range decode gives decode's values from its code floor on", "[natural]") {
+  // The host decodes a group of 32 codes by `decode_in_range` when every code's c is 0 or at
+  // least `in_range_code_floor`: bit for bit `decode` there, for encoders' tops, hostile tops
+  // and poisoned buckets; and up to top = 127 the floor is the first code whose value is a
+  // normal float.
+  const auto agree = [](auto stage) {
+    using nat = decltype(stage);
+    std::vector<std::int32_t> tops = {INT32_MIN, -5000, -1001, -1000, -400, 300, 1001, INT32_MAX - 1, nat::poisoned};
+    for (std::int32_t top = -160; top <= 140; ++top) tops.push_back(top);
+    for (const std::int32_t top : tops) {
+      const typename nat::record r{top};
+      const unsigned floor = nat::in_range_code_floor(r);
+      REQUIRE(floor >= 1);
+      REQUIRE(floor <= nat::exponent_codes + 1u);
+      for (unsigned code = 0; code < (2u << (nat::bits - 1)); ++code) {
+        const unsigned c = code >> 1;
+        const auto bits = detail::bit_cast<std::uint32_t>(nat::decode(code, r));
+        INFO("top " << top << ", code " << code);
+        if (c == 0 || c >= floor) {
+          REQUIRE(detail::bit_cast<std::uint32_t>(nat::decode_in_range(code, r)) == bits);
+        }
+        if (top <= 127 && c != 0) {  // above 127 (hostile) every code takes `decode`
+          const std::uint32_t exponent = (bits >> 23) & 0xFFu;
+          const bool normal = exponent != 0 && exponent != 0xFFu;
+          REQUIRE(normal == (c >= floor));
+        }
+      }
+    }
+  };
+  agree(quantize::natural<8>{});
+  agree(quantize::natural<9>{});
+}
+
+TEST_CASE("natural decoding takes the in-range decode group by group", "[natural]") {
+  // A bucket with top = -9 codes 2^-133 as c = 3 or 4: a subnormal value, which the in-range
+  // decode must not produce, so its group of 32 takes `decode`; the other groups do not.
+  using nat = quantize::natural<8>;
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + static_cast<float>(i % 5) / 8, -10 - static_cast<int>(i % 40));
+  x[40] = std::ldexp(1.0f, -133);
+  x[41] = -std::ldexp(1.5f, -148);
+  for (std::uint32_t step = 0; step < 20; ++step) {
+    const auto out = round_trip(dense<nat>{{}, nat{8}}, x, {step, 1});
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("i = " << i << ", step " << step);
+      const float a = std::abs(x[i]);
+      const float o = std::abs(out[i]);
+      if (a < std::ldexp(1.0f, -135)) {  // below 2^lowest = 2^(-9 - 127 + 1)
+        REQUIRE((o == 0.0f || o == std::ldexp(1.0f, -135)));
+      } else {
+        const float lower = std::ldexp(1.0f, std::ilogb(a));
+        REQUIRE((o == lower || o == 2 * lower));
+      }
+      REQUIRE((o == 0.0f || std::signbit(out[i]) == std::signbit(x[i])));
+    }
+  }
+}
+
 TEST_CASE("malformed natural payloads are rejected with precise errors", "[natural]") {
   host exec;
   const std::vector<float> x(100, 1.5f);

@@ -130,6 +130,30 @@ using in_range_floor_t = decltype(S::in_range_floor(std::declval<const typename 
 template <class Values>
 inline constexpr bool has_in_range_encode = stage::detail::detects<Values, in_range_floor_t>::value;
 
+/// And its optional fast decode: `in_range_code_floor(record)` and `decode_in_range`, equal to
+/// `decode` for codes whose c = code >> 1 is 0 or at least the floor.
+template <class S>
+using in_range_code_floor_t = decltype(S::in_range_code_floor(std::declval<const typename S::record&>()));
+template <class Values>
+inline constexpr bool has_in_range_decode = stage::detail::detects<Values, in_range_code_floor_t>::value;
+
+/// The values of N codes of one bucket: by `decode_in_range` where the stage has it and every
+/// code qualifies (a vectorized pass over the codes on the host), else by `decode`.
+template <class Values, class Code, int N>
+GRADZIP_HOST_DEVICE inline void decode_codes(const Code (&code)[N], const typename Values::record& record,
+                                             float (&value)[N]) {
+  if constexpr (has_in_range_decode<Values>) {
+    const unsigned floor = Values::in_range_code_floor(record);
+    unsigned outside = 0;
+    for (int l = 0; l < N; ++l) outside |= static_cast<unsigned>((code[l] >> 1) - 1u < floor - 1u);
+    if (outside == 0) {
+      for (int l = 0; l < N; ++l) value[l] = Values::decode_in_range(code[l], record);
+      return;
+    }
+  }
+  for (int l = 0; l < N; ++l) value[l] = Values::decode(code[l], record);
+}
+
 /// 1 unless v is 0, or finite with magnitude bits at least `floor` (> 0): an integer, not a
 /// bool, so that the host's loop over a block ORs it in vector registers.
 GRADZIP_HOST_DEVICE inline std::uint32_t outside_encode_range(float v, std::uint32_t floor) {

@@ -202,6 +202,28 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
     return select_bits(a == 0, 0u, (capped << 1) | (bits >> 31));
   }
 
+  /// The smallest exponent code c >= 1 that `decode_in_range` takes (c = 0 too): the first whose
+  /// power of two is a normal float. 1 for a poisoned bucket (every code is NaN); L + 1, above
+  /// every code, where some code would be subnormal or zero, or above 2^127 (a hostile top).
+  GRADZIP_HOST_DEVICE static unsigned in_range_code_floor(const record& r) {
+    if (r.top == poisoned) return 1;
+    if (r.top > 127) return exponent_codes + 1;
+    // 2^(top - L + c) is normal from c = L - 126 - top on; top >= -1000 keeps this from overflowing.
+    const std::int64_t first = std::int64_t{exponent_codes} - 126 - r.top;
+    return first < 1 ? 1u : (first > exponent_codes ? exponent_codes + 1u : static_cast<unsigned>(first));
+  }
+
+  /// `decode`'s value for a code whose c is 0 or at least `in_range_code_floor(r)`: a normal
+  /// power of two, whose bits are c x 2^23 plus a bucket constant (no clamps or selects).
+  GRADZIP_HOST_DEVICE static float decode_in_range(unsigned code, const record& r) {
+    const std::uint32_t c = code >> 1;
+    // (top - L + c + 127) << 23, in 32-bit unsigned arithmetic (it wraps for a poisoned top).
+    const std::uint32_t offset = (static_cast<std::uint32_t>(r.top) - static_cast<std::uint32_t>(exponent_codes) + 127u) << 23;
+    std::uint32_t bits = gradzip::detail::select_bits(c == 0, 0u, (c << 23) + offset);
+    bits = gradzip::detail::select_bits(r.top == poisoned, 0x7FC00000u, bits);
+    return gradzip::detail::bit_cast<float>(bits | ((code & 1u) << 31));
+  }
+
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
     const auto c = static_cast<std::int32_t>(code >> 1);
     // An encoder's top is in [-149, 127] (or poisoned: NaN below), a hostile payload's anything.

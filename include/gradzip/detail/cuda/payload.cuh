@@ -172,8 +172,7 @@ __device__ inline void decode_bucketed_run(const payload_view& v, std::uint64_t 
   const auto record = Values::load_record(v.scales, first / Values::bucket);
   unsigned code[8];
   codes_of_run<Values>(v, first, code);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) value[k] = Values::decode(code[k], record);
+  decode_codes<Values>(code, record, value);  // a branch per thread where the stage has a fast decode
 }
 
 /// Lanes of a warp's 32 runs (256 elements) that share a bucket: all 32 when buckets are

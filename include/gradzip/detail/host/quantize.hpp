@@ -443,7 +443,7 @@ struct values_backend<host> {
       typename Values::code_type code[32];
       unpack_32(codes + q * Values::bits * 4, Values::bits, code);
       float value[32];
-      for (int l = 0; l < 32; ++l) value[l] = Values::decode(code[l], record);
+      decode_codes<Values>(code, record, value);
       const std::uint64_t j0 = q * 32;
       const int n = static_cast<int>(std::min<std::uint64_t>(32, count - j0));
       if constexpr (!std::is_same_v<ScaleOf, std::nullptr_t>) {

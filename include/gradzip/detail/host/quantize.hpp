@@ -135,6 +135,17 @@ inline void unpack_32(const std::uint8_t* words, int bits, Code* codes) {
   }
 }
 
+/// One step of the lanes' butterfly: lane l < Offset merges lane l + Offset into itself.
+template <class Values, int Offset>
+inline void merge_lanes(float (&acc)[4][32]) {
+  for (int l = 0; l < Offset; ++l) {
+    const quantize::bucket_stats merged = Values::merge({{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}},
+                                                        {{acc[0][l + Offset], acc[1][l + Offset],
+                                                          acc[2][l + Offset], acc[3][l + Offset]}});
+    for (int k = 0; k < 4; ++k) acc[k][l] = merged.v[k];
+  }
+}
+
 /// The canonical statistics of x[begin, end) (as quantize::canonical_bucket_stats), read once.
 /// The 32 lanes' statistics are kept as four arrays of 32 floats, so that the loop over lanes
 /// is a loop over contiguous floats the compiler turns into vector instructions.
@@ -157,14 +168,14 @@ quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::u
   // l ^ offset hold the same value and lane 0 only needs lanes below the offset (31 merges).
   // The merges stay on the four arrays, so the offsets 16 and 8 are vector instructions (as an
   // array of 32 structs they were scalar, and took as long as the 512 values' loop above).
-  for (int offset = 16; offset > 0; offset /= 2) {
-    for (int l = 0; l < offset; ++l) {
-      const quantize::bucket_stats merged = Values::merge({{acc[0][l], acc[1][l], acc[2][l], acc[3][l]}},
-                                                          {{acc[0][l + offset], acc[1][l + offset],
-                                                            acc[2][l + offset], acc[3][l + offset]}});
-      for (int k = 0; k < 4; ++k) acc[k][l] = merged.v[k];
-    }
-  }
+  // Each offset is a compile-time constant (`merge_lanes<Offset>`): with a run-time offset, GCC
+  // turned the stores of a stage's constant components (sum_and_flag's zeros) into
+  // variable-length memsets, two `rep stos` per step, half of QSGD's statistics time.
+  merge_lanes<Values, 16>(acc);
+  merge_lanes<Values, 8>(acc);
+  merge_lanes<Values, 4>(acc);
+  merge_lanes<Values, 2>(acc);
+  merge_lanes<Values, 1>(acc);
   return {{acc[0][0], acc[1][0], acc[2][0], acc[3][0]}};
 }
 

@@ -686,7 +686,7 @@ TEST_CASE("cuda natural compression takes its in-range encode and decode, with t
   for (std::size_t i = 0; i < g.size(); ++i) {
     g[i] = std::ldexp((i % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(i % 13) / 16), -static_cast<int>(i % 70));
   }
-  g[20] = std::ldexp(1.5f, -138);      // below 2^(1 - 127 + 1) in its bucket of 512 or 64
+  g[20] = std::ldexp(1.5f, -138);      // below 2^lowest: 2^(1 - 127 + 1) in its bucket of 512, 2^(0 - 127 + 1) of 64
   g[700] = std::ldexp(1.25f, -146);    // subnormal
   g[1300] = 0.0f;
   g[2100] = -std::ldexp(1.0f, -131);
@@ -702,7 +702,8 @@ TEST_CASE("cuda natural compression takes its in-range encode and decode, with t
   check_parity(g, c9, dev);
   check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, n8, gz::encode::none>{{}, n8{6}}, dev);
   // And the decode, whose run of 8 takes `decode_in_range` where its codes all decode to normal
-  // floats: natural<9>'s codes for g[700] and g[2100] decode to subnormals, the others' do not.
+  // floats: natural<9>'s codes for g[20], g[700] and g[2100] decode to subnormals, the others'
+  // do not.
   gz::host host;
   check_decode_parity(c8, test::compress(c8, host, g), g.size(), dev);
   check_decode_parity(c8_64, test::compress(c8_64, host, g), g.size(), dev);

@@ -186,17 +186,20 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   }
 
   /// `encode`'s code for a v that is 0, or finite with |v|'s bits at least `in_range_floor(r)`
-  /// (so the bucket is not poisoned):
+  /// (a poisoned bucket's only such values are zeros, which give 0 here as in `encode`):
   /// a normal float 2^e (1 + f) with e >= lowest goes up a power with probability f, and f x 2^24
   /// is its 23 mantissa bits shifted up once (encode's `frac << (24 - width)` at width 23).
-  /// A third of encode's instructions: the host takes it for blocks where every value qualifies.
+  /// About a quarter of encode's instructions: the host takes it for blocks where every value
+  /// qualifies, the GPU for warp steps.
   GRADZIP_HOST_DEVICE unsigned encode_in_range(float v, const record& r, std::uint32_t random) const {
     using gradzip::detail::select_bits;
     const std::uint32_t bits = gradzip::detail::bit_cast<std::uint32_t>(v);
     const std::uint32_t a = bits & 0x7FFFFFFFu;
     const std::uint32_t up = static_cast<std::uint32_t>((random >> 8) < ((a << 9) >> 8));
     // c = e - lowest + 1 + up with e = (a >> 23) - 127 and lowest = top - L + 1.
-    const std::uint32_t c = (a >> 23) + static_cast<std::uint32_t>(exponent_codes - 127 - r.top) + up;
+    // In 32-bit unsigned arithmetic, so that any top (a poisoned one too) wraps instead of overflowing.
+    const std::uint32_t c =
+        (a >> 23) + static_cast<std::uint32_t>(exponent_codes - 127) - static_cast<std::uint32_t>(r.top) + up;
     const std::uint32_t capped = select_bits(c > static_cast<std::uint32_t>(exponent_codes),
                                              static_cast<std::uint32_t>(exponent_codes), c);
     return select_bits(a == 0, 0u, (capped << 1) | (bits >> 31));
@@ -204,17 +207,18 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
 
   /// The smallest exponent code c >= 1 that `decode_in_range` takes (c = 0 too): the first whose
   /// power of two is a normal float. 1 for a poisoned bucket (every code is NaN); L + 1, above
-  /// every code, where some code would be subnormal or zero, or above 2^127 (a hostile top).
+  /// every code, where every nonzero code would be subnormal or zero, or where some would be
+  /// above 2^127 (a hostile top).
   GRADZIP_HOST_DEVICE static unsigned in_range_code_floor(const record& r) {
     if (r.top == poisoned) return 1;
     if (r.top > 127) return exponent_codes + 1;
-    // 2^(top - L + c) is normal from c = L - 126 - top on; top >= -1000 keeps this from overflowing.
+    // 2^(top - L + c) is normal from c = L - 126 - top on (in 64 bits: no overflow for any top).
     const std::int64_t first = std::int64_t{exponent_codes} - 126 - r.top;
     return first < 1 ? 1u : (first > exponent_codes ? exponent_codes + 1u : static_cast<unsigned>(first));
   }
 
   /// `decode`'s value for a code whose c is 0 or at least `in_range_code_floor(r)`: a normal
-  /// power of two, whose bits are c x 2^23 plus a bucket constant (no clamps or selects).
+  /// power of two, whose bits are c x 2^23 plus a bucket constant (no clamps).
   GRADZIP_HOST_DEVICE static float decode_in_range(unsigned code, const record& r) {
     const std::uint32_t c = code >> 1;
     // (top - L + c + 127) << 23, in 32-bit unsigned arithmetic (it wraps for a poisoned top).

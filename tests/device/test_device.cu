@@ -657,6 +657,9 @@ TEST_CASE("cuda bucketed quantizers equal the host's bytes", "[gpu]") {
                         gz::sparsify::topk::ratio(0.01), gz::quantize::qsgd<127>{4}}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::terngrad<true>, gz::encode::none>{
                         {}, gz::quantize::terngrad<true>{6}}, dev);
+    // Without clipping TernGrad gathers no sums (its statistics are max |v| and the flag).
+    check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::terngrad<false>, gz::encode::none>{
+                        {}, gz::quantize::terngrad<false>{7}}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<>, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::natural<8>, gz::encode::none>{
                         {}, gz::quantize::natural<8>{12}}, dev);

@@ -31,6 +31,21 @@ TEST_CASE("terngrad sends zero or plus or minus the bucket's max magnitude", "[t
   CHECK(dense<t>::layout(element_type::f32, 1300, 1300).at(2).size == 41 * 2 * 4);  // 2 bits
 }
 
+TEST_CASE("terngrad keeps the bucket's largest magnitude at every draw", "[terngrad]") {
+  // Its probability is |v| / s = 1: the encode compares |v| with (1 - u) s, exact at u = 0.
+  // Every value is +-s but one per bucket, smaller, which is not checked. s = 1.1015625, whose
+  // product with its rounded reciprocal is 1 - 2^-24: a reciprocal-based encode drops it when
+  // u = 0, once in 2^16 draws, about 16 times in these 2^20.
+  std::vector<float> x(std::size_t{1} << 18);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (i % 512 == 7 ? 0.5f : 1.1015625f);
+  for (std::uint64_t step = 0; step < 4; ++step) {
+    const auto out = round_trip(dense<quantize::terngrad<>>{{}, quantize::terngrad<>{step}}, x, {step, 0});
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (i % 512 != 7) REQUIRE(out[i] == x[i]);
+    }
+  }
+}
+
 TEST_CASE("terngrad is unbiased within its variance bound", "[terngrad]") {
   // Per value Var = |v| (s - |v|); the mean of 2,000 draws is within 5 of its standard
   // deviations sqrt(|v| (s - |v|) / 2000) (plus float rounding).

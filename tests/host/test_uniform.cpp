@@ -87,8 +87,9 @@ TEST_CASE("uniform nearest stays within half a step of every value", "[uniform]"
     const auto g = gradzip_tools::synthetic_gradient<float>(n, n);
     const auto check = [&](const std::vector<float>& out, unsigned levels) {
       const auto steps = bucket_steps(g, 512, levels);
-      // t = (v - lo) / step is a float up to L: its rounding adds up to L x 2^-24 steps.
-      const float slack = 1e-5f + static_cast<float>(levels) * 0x1p-23f;
+      // t = (v - lo) x (1 / step) is a float up to L from three roundings (the difference, the
+      // bucket's reciprocal, the product): up to 3 L x 2^-24 steps.
+      const float slack = 1e-5f + 3.0f * static_cast<float>(levels) * 0x1p-24f;
       for (std::size_t i = 0; i < n; ++i) {
         REQUIRE(std::abs(out[i] - g[i]) <= 0.5f * steps[i / 512] * (1 + slack) + 1e-12f);
       }
@@ -101,6 +102,36 @@ TEST_CASE("uniform nearest stays within half a step of every value", "[uniform]"
     check(round_trip(dense_uniform<12>{}, g), 4095);
     check(round_trip(dense_uniform<16>{}, g), 65535);
   }
+}
+
+TEST_CASE("a bucket's ratio stays within two ulps of the quotient for every binade of the divisor", "[uniform]") {
+  // quantize::bucket_ratio: x x (c / d) with c / d once per bucket. Below d = 2^-100 c / d could
+  // overflow (c / 2^-149 is inf): the ratio scales x and d by 2^100 there.
+  for (const float c : {1.0f, 7.0f, 127.0f}) {
+    for (int e = -149; e <= 127; ++e) {
+      for (const float mantissa : {1.0f, 1.5f, 1.9999999f}) {
+        const float d = std::ldexp(mantissa, e);
+        if (!std::isfinite(d) || d == 0.0f) continue;
+        const auto ratio = quantize::bucket_ratio::of(c, d);
+        for (const float k : {0.0f, 0.25f, 0.5f, 1.0f}) {
+          const float x = d * k;  // exact where d's binade allows; the check uses x as rounded
+          const double want = static_cast<double>(x) * c / d;
+          const float got = ratio(x);
+          INFO("c " << c << " d " << d << " x " << x);
+          REQUIRE(std::isfinite(got));
+          REQUIRE(std::abs(got - want) <= 2 * std::ldexp(1.0, std::ilogb(std::max(want, 1e-30)) - 23));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("uniform nearest gives exact codes in a bucket of subnormal values", "[uniform]") {
+  // Values 0, 2^-149, ..., 15 x 2^-149: the step is 2^-149 and each value is its own code. Without
+  // bucket_ratio's scaling 1 / step would be inf and every code NaN's.
+  std::vector<float> x(512);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(static_cast<float>(i % 16), -149);
+  CHECK(round_trip(dense_uniform<4>{}, x) == x);
 }
 
 TEST_CASE("uniform sizes follow bits and bucket", "[uniform]") {

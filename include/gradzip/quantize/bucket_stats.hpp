@@ -60,6 +60,26 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
                                           (gradzip::detail::bit_cast<std::uint32_t>(b) & ~mask));
 }
 
+/// x / d for the values x of one bucket, as x·(c / d) with c / d computed once per bucket (GRACE's
+/// QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor). On a GPU an IEEE division is a
+/// subroutine of about ten instructions and a branch per value; this is two multiplications. The
+/// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
+/// from a division's (the format does not fix the division). Where c / d could overflow (d below
+/// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly, since x is at most
+/// a few times d there.
+struct bucket_ratio {
+  float pre;     ///< 1, or 2^100 where d < 2^-100
+  float factor;  ///< c / (d x pre)
+
+  GRADZIP_HOST_DEVICE static bucket_ratio of(float c, float d) {
+    const float pre = d < 0x1p-100f ? 0x1p100f : 1.0f;
+    return {pre, c / (d * pre)};
+  }
+  /// x, scaled as d was: `scaled(x) * factor` is x x c / d.
+  GRADZIP_HOST_DEVICE float scaled(float x) const { return x * pre; }
+  GRADZIP_HOST_DEVICE float operator()(float x) const { return scaled(x) * factor; }
+};
+
 /// flag <- 1 when v is inf or NaN (a select, no branch).
 GRADZIP_HOST_DEVICE inline float non_finite_flag(float flag, float v) { return is_finite(v) ? flag : 1.0f; }
 

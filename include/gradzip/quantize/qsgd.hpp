@@ -90,7 +90,9 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     if (!(r.norm > 0.0f)) return 0;  // zero bucket, or poisoned (NaN)
     const float u = uniform_float(random);
-    const float level = fmaf(fabsf(v) / r.norm, static_cast<float>(Levels), u);  // >= 0: truncation floors
+    // s |v| / norm + u, the factor s / norm once per bucket (bucket_ratio); >= 0: truncation floors
+    const auto ratio = bucket_ratio::of(static_cast<float>(Levels), r.norm);
+    const float level = fmaf(ratio.scaled(fabsf(v)), ratio.factor, u);
     // Through int (one vector instruction; float -> unsigned has none before AVX-512).
     const int truncated = static_cast<int>(stat_min(level, static_cast<float>(Levels)));
     const unsigned l = static_cast<unsigned>(truncated);

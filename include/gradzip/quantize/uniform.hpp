@@ -108,7 +108,7 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   /// (`random_word`), used by stochastic rounding only.
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
     if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
-    const float t = (v - r.lo) / r.step;  // >= 0: v >= lo
+    const float t = bucket_ratio::of(1.0f, r.step)(v - r.lo);  // (v - lo) / step, >= 0: v >= lo
     const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
     // Truncation below is floor (rounded >= 0). add_rn: the offset's scaling product (stochastic
     // rounding) must not be fused into this sum.

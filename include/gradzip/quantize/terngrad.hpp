@@ -97,8 +97,9 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
     const float u = uniform_float(random);
     // Bernoulli(magnitude / scaler) as u >= 1 - magnitude / scaler, without a division per value
     // (about ten instructions and a branch on a GPU): 1 - u is exact (u is a multiple of 2^-16),
-    // so the largest magnitude (scaler itself) is always kept.
-    if (magnitude < (1.0f - u) * r.scaler) return 0;
+    // so the largest magnitude (scaler itself) is always kept. add_rn: u's scaling product is not
+    // fused in (the result would be the same, but every contraction is explicit).
+    if (magnitude < gradzip::detail::add_rn(1.0f, -u) * r.scaler) return 0;
     return v < 0.0f ? 2u : 1u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

@@ -305,7 +305,7 @@ void check_codes_above(std::mt19937& rng) {
     std::uint32_t expected = 0;
     for (int l = 0; l < 32; ++l) expected |= static_cast<std::uint32_t>(codes[l] > max) << l;
     INFO(Bits << " bits, max " << max);
-    REQUIRE(gradzip::detail::codes_above<Bits>(reinterpret_cast<const std::uint8_t*>(words), max) == expected);
+    REQUIRE(quantize::codes_above<Bits>(reinterpret_cast<const std::uint8_t*>(words), max) == expected);
   }
 }
 

@@ -75,4 +75,29 @@ GRADZIP_HOST_DEVICE inline unsigned unpack_code(const std::uint8_t* words, int b
   return code;
 }
 
+/// Bit l set where code l of a group of 32 (its `Bits` plane words at `words`: any address on
+/// the host, 4-byte aligned on a device) is above `max`: compared from the top plane down on all
+/// 32 codes at once, as a bit-serial comparator does, so a decoder checks codes without unpacking
+/// them (two or three word operations per plane). The lowest set bit is the group's first bad code.
+template <int Bits>
+GRADZIP_HOST_DEVICE inline std::uint32_t codes_above(const std::uint8_t* words, unsigned max) {
+  std::uint32_t above = 0;
+  std::uint32_t equal = 0xFFFFFFFFu;  // codes whose planes so far equal max's bits
+  for (int b = Bits - 1; b >= 0; --b) {
+    std::uint32_t plane;
+    if (GRADZIP_DEVICE_CODE()) {
+      plane = reinterpret_cast<const std::uint32_t*>(words)[b];
+    } else {
+      std::memcpy(&plane, words + 4 * b, 4);
+    }
+    if ((max >> b) & 1u) {
+      equal &= plane;
+    } else {
+      above |= equal & plane;
+      equal &= ~plane;
+    }
+  }
+  return above;
+}
+
 }  // namespace gradzip::quantize

@@ -221,13 +221,19 @@ __device__ inline void decode_run_by_table(const payload_view& v, const run_of_8
   for (int k = 0; k < 8; ++k) value[k] = __shfl_sync(0xFFFFFFFFu, entry, static_cast<int>(group + code[k]));
 }
 
-/// Whether a codec's element checks run in runs of 8 (dense bucketed payloads: only codes to
-/// check, read from the plane words) rather than one element per thread.
+/// Whether a codec's element checks take groups of 32 codes (dense bucketed payloads: only codes
+/// to check, compared on their plane words) rather than one element per thread.
 template <class Codec>
-inline constexpr bool checks_runs = Codec::dense && Codec::bucketed;
+inline constexpr bool checks_groups = Codec::dense && Codec::bucketed;
+
+/// The code check of a dense bucketed payload: a group of 32 codes (its plane words) per thread
+/// and step.
+using code_check_policy = launch_policy<256, 32, 8>;
 
 /// Notes the lowest failing position of each thread's share: each element's index and code
-/// (Codec::check_index), or for dense bucketed payloads each code of a run of 8.
+/// (Codec::check_index), or for dense bucketed payloads each group of 32 codes, compared with
+/// the stage's largest on the group's plane words as the host compares them
+/// (`quantize::codes_above`: no unpacking, two or three word operations per plane).
 template <class Codec>
 __global__ __launch_bounds__(decode_policy::threads)
 void validate_kernel(const payload_view* view, const wire::status* st, unsigned long long* pending) {
@@ -235,22 +241,14 @@ void validate_kernel(const payload_view* view, const wire::status* st, unsigned 
   const payload_view v = *view;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   const std::uint64_t first_thread = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if constexpr (checks_runs<Codec>) {
+  if constexpr (checks_groups<Codec>) {
     using Values = typename Codec::values_type;
-    static_assert(dense_apply_policy::threads == decode_policy::threads, "validate_kernel: the dense apply's blocks");
-    for (std::uint64_t run = first_thread; run < (v.count + 7) / 8; run += stride) {
-      const run_of_8 r = run_at(run, v.count);
-      unsigned code[8];
-      codes_of_run<Values>(v, r.first, code);
-      // The run's lowest bad code (settle rechecks it), by an unrolled scan. A loop that breaks
-      // at the first bad code indexed code[] at run time, which put it in local memory (a 32-byte
-      // stack frame): 96 bytes stored per 8 codes, against 8 bytes of codes loaded.
-      unsigned lowest = 8;
-#pragma unroll
-      for (int k = 7; k >= 0; --k) {
-        if (static_cast<unsigned>(k) < r.valid && code[k] > Values::max_code) lowest = static_cast<unsigned>(k);
-      }
-      if (lowest < 8) note_failure(pending, r.first + lowest);
+    static_assert(code_check_policy::threads == decode_policy::threads, "validate_kernel: one block size");
+    for (std::uint64_t g = first_thread; g < (v.count + 31) / 32; g += stride) {
+      std::uint32_t above = quantize::codes_above<Values::bits>(v.values + g * Values::bits * 4, Values::max_code);
+      const std::uint64_t left = v.count - g * 32;
+      if (left < 32) above &= (std::uint32_t{1} << left) - 1u;  // the last group's padding is not checked
+      if (above != 0) note_failure(pending, g * 32 + static_cast<std::uint64_t>(__ffs(static_cast<int>(above)) - 1));
     }
   } else {
     for (std::uint64_t j = first_thread; j < v.count; j += stride) {
@@ -478,7 +476,7 @@ struct payload_backend<cuda> {
     auto* view = reinterpret_cast<payload_view*>(ws);
     launch(parse_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, view, exec.status_word());
     if constexpr (Codec::checks_elements) {
-      const unsigned grid = checks_runs<Codec> ? grid_for_policy<dense_apply_policy>(exec, out_size)
+      const unsigned grid = checks_groups<Codec> ? grid_for_policy<code_check_policy>(exec, out_size)
                                                : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
       launch(validate_kernel<Codec>, grid, decode_policy::threads,
              0, exec.stream(), view, exec.status_word(),

@@ -57,26 +57,6 @@ inline void pack_32(const Code* codes, int bits, std::uint32_t* words) {
   quantize::pack_group(codes, 32, bits, words);
 }
 
-/// Bit l set where code l of a group of 32 (its `Bits` plane words) is above `max`: compared
-/// from the top plane down on all 32 codes at once, as a bit-serial comparator does, so a
-/// decoder checks codes without unpacking them (two or three word operations per plane).
-template <int Bits>
-inline std::uint32_t codes_above(const std::uint8_t* words, unsigned max) {
-  std::uint32_t above = 0;
-  std::uint32_t equal = 0xFFFFFFFFu;  // codes whose planes so far equal max's bits
-  for (int b = Bits - 1; b >= 0; --b) {
-    std::uint32_t plane;
-    std::memcpy(&plane, words + 4 * b, 4);
-    if ((max >> b) & 1u) {
-      equal &= plane;
-    } else {
-      above |= equal & plane;
-      equal &= ~plane;
-    }
-  }
-  return above;
-}
-
 /// Byte i of spread_byte(v) is bit i of v: eight codes' bits of one plane, one per byte.
 constexpr std::uint64_t spread_byte(unsigned v) {
   std::uint64_t out = 0;
@@ -392,19 +372,18 @@ struct values_backend<host> {
                            IndexOf index_of, quantize::compress_context ctx) {
     alignas(16) typename Values::code_type code[block];
     const auto encode_all = [&](auto word_of) {
+      const auto encode_run = [&](auto encode) {
+        for (std::uint64_t j = 0; j < m; ++j) {
+          code[j] = static_cast<typename Values::code_type>(encode(static_cast<float>(to_float(x[g + j])), word_of(j)));
+        }
+      };
       if constexpr (has_in_range_encode<Values>) {
         if (all_in_encode_range(x + g, m, Values::in_range_floor(record))) {
-          for (std::uint64_t j = 0; j < m; ++j) {
-            code[j] = static_cast<typename Values::code_type>(
-                values.encode_in_range(static_cast<float>(to_float(x[g + j])), record, word_of(j)));
-          }
+          encode_run([&](float v, std::uint32_t random) { return values.encode_in_range(v, record, random); });
           return;
         }
       }
-      for (std::uint64_t j = 0; j < m; ++j) {
-        code[j] = static_cast<typename Values::code_type>(
-            values.encode(static_cast<float>(to_float(x[g + j])), record, word_of(j)));
-      }
+      encode_run([&](float v, std::uint32_t random) { return values.encode(v, record, random); });
     };
     if constexpr (Values::stochastic) {
       std::uint32_t random[block];
@@ -432,7 +411,7 @@ struct values_backend<host> {
   static bool codes_valid(const std::uint8_t* codes, std::uint64_t first_group, std::uint64_t last_group,
                           std::uint64_t count, std::uint64_t& bad) {
     for (std::uint64_t q = first_group; q < last_group; ++q) {
-      std::uint32_t above = codes_above<Values::bits>(codes + q * Values::bits * 4, Values::max_code);
+      std::uint32_t above = quantize::codes_above<Values::bits>(codes + q * Values::bits * 4, Values::max_code);
       const std::uint64_t n = std::min<std::uint64_t>(32, count - q * 32);
       if (n < 32) above &= (std::uint32_t{1} << n) - 1u;  // the last group's padding is not checked
       if (above != 0) {

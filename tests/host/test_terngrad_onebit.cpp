@@ -46,6 +46,21 @@ TEST_CASE("terngrad keeps the bucket's largest magnitude at every draw", "[terng
   }
 }
 
+TEST_CASE("terngrad keeps zeros zero in a bucket of subnormal values", "[terngrad]") {
+  // (1 - u) s for a subnormal s rounds to 0 for most u: without scaling s up first, 0 < 0 fails
+  // and a zero is sent as +s (half the draws at s = 2^-149).
+  for (const int e : {-149, -140, -134, -127}) {
+    std::vector<float> x(1024, 0.0f);
+    x[5] = std::ldexp(1.0f, e);
+    x[700] = -std::ldexp(1.0f, e);
+    for (std::uint64_t step = 0; step < 4; ++step) {
+      const auto out = round_trip(dense<quantize::terngrad<>>{{}, quantize::terngrad<>{step}}, x, {step, 0});
+      INFO("scaler 2^" << e << ", step " << step);
+      REQUIRE(out == x);  // the zeros stay zero, and +-s (probability 1) is kept
+    }
+  }
+}
+
 TEST_CASE("terngrad is unbiased within its variance bound", "[terngrad]") {
   // Per value Var = |v| (s - |v|); the mean of 2,000 draws is within 5 of its standard
   // deviations sqrt(|v| (s - |v|) / 2000) (plus float rounding).

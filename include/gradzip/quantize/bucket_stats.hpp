@@ -60,21 +60,25 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
                                           (gradzip::detail::bit_cast<std::uint32_t>(b) & ~mask));
 }
 
-/// x / d for the values x of one bucket, as x·(c / d) with c / d computed once per bucket (GRACE's
-/// QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor). On a GPU an IEEE division is a
+/// x / d for the values x of one bucket, as x·(c / d) with c / d the same for the whole bucket
+/// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor; the executors encode a
+/// bucket's values with one record, so the compilers compute it once per run or loop). On a GPU an IEEE division is a
 /// subroutine of about ten instructions and a branch per value; this is two multiplications. The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
 /// from a division's (the format does not fix the division). Where c / d could overflow (d below
-/// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly, since x is at most
-/// a few times d there.
+/// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly: x is at most about
+/// 1.5 c d there (uniform's v - lo <= L step), so x 2^100 stays below 2^17.
 struct bucket_ratio {
   float pre;     ///< 1, or 2^100 where d < 2^-100
   float factor;  ///< c / (d x pre)
 
   GRADZIP_HOST_DEVICE static bucket_ratio of(float c, float d) {
-    const float pre = d < 0x1p-100f ? 0x1p100f : 1.0f;
+    const float pre = scale_for(d);
     return {pre, c / (d * pre)};
   }
+  /// 2^100 for d below 2^-100, else 1: scaling d and the x compared with it by this is exact and
+  /// keeps products of d (and c / d) out of the subnormal (and overflow) range.
+  GRADZIP_HOST_DEVICE static float scale_for(float d) { return d < 0x1p-100f ? 0x1p100f : 1.0f; }
   /// x, scaled as d was: `scaled(x) * factor` is x x c / d.
   GRADZIP_HOST_DEVICE float scaled(float x) const { return x * pre; }
   GRADZIP_HOST_DEVICE float operator()(float x) const { return scaled(x) * factor; }

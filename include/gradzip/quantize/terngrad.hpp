@@ -98,8 +98,11 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
     // Bernoulli(magnitude / scaler) as u >= 1 - magnitude / scaler, without a division per value
     // (about ten instructions and a branch on a GPU): 1 - u is exact (u is a multiple of 2^-16),
     // so the largest magnitude (scaler itself) is always kept. add_rn: u's scaling product is not
-    // fused in (the result would be the same, but every contraction is explicit).
-    if (magnitude < gradzip::detail::add_rn(1.0f, -u) * r.scaler) return 0;
+    // fused in (the result would be the same, but every contraction is explicit). A subnormal
+    // scaler is scaled by 2^100 first (bucket_ratio::scale_for), with the magnitude, exactly:
+    // (1 - u) s would lose its bits there, and keep zeros.
+    const float pre = bucket_ratio::scale_for(r.scaler);
+    if (magnitude * pre < gradzip::detail::add_rn(1.0f, -u) * (r.scaler * pre)) return 0;
     return v < 0.0f ? 2u : 1u;
   }
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

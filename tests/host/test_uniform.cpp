@@ -157,6 +157,24 @@ TEST_CASE("uniform marks a bucket with NaN or infinity as NaN and keeps the othe
   for (std::size_t i = 1024; i < 1536; ++i) REQUIRE(std::isfinite(out[i]));
 }
 
+TEST_CASE("uniform marks a bucket whose range overflows float as NaN and keeps the others", "[uniform]") {
+  // hi - lo = 6e38 is inf: no finite step, so the record is poisoned rather than a code computed
+  // from (v - lo) / inf (NaN, then a float-to-int conversion of NaN).
+  CHECK(std::isnan(quantize::uniform<4>::make_record(-3e38f, 3e38f, true).step));
+  auto x = gradzip_tools::synthetic_gradient<float>(1024, 3);
+  x[7] = 3e38f;
+  x[300] = -3e38f;
+  for (const auto& out : {round_trip(dense_uniform<4>{}, x), round_trip(dense_uniform<4, rounding::stochastic>{}, x, {5, 0})}) {
+    for (std::size_t i = 0; i < 512; ++i) REQUIRE(std::isnan(out[i]));
+    for (std::size_t i = 512; i < 1024; ++i) REQUIRE(std::isfinite(out[i]));
+  }
+  // One sign only: 3e38 - (-1) is finite, and the bucket keeps its values' codes.
+  x[300] = -1.0f;
+  const auto out = round_trip(dense_uniform<4>{}, x);
+  CHECK(std::abs(out[7] - 3e38f) <= 3e38f * 1e-6f);
+  for (std::size_t i = 0; i < 512; ++i) REQUIRE(std::isfinite(out[i]));
+}
+
 TEST_CASE("uniform works on double half and bfloat16 tensors", "[uniform]") {
   const auto g = gradzip_tools::synthetic_gradient<double>(2000, 3);
   const auto out = round_trip(dense_uniform<8>{}, g);

@@ -100,4 +100,14 @@ GRADZIP_HOST_DEVICE inline std::uint32_t codes_above(const std::uint8_t* words, 
   return above;
 }
 
+/// The position of the first code above `max` among a group's first `valid` codes (the rest
+/// are the last group's padding, never checked), or -1 when there is none: what both executors'
+/// decoders report as a payload's first bad code.
+template <int Bits>
+GRADZIP_HOST_DEVICE inline int first_code_above(const std::uint8_t* words, unsigned max, std::uint64_t valid) {
+  std::uint32_t above = codes_above<Bits>(words, max);
+  if (valid < 32) above &= (std::uint32_t{1} << valid) - 1u;
+  return above == 0 ? -1 : detail::lowest_bit64(above);
+}
+
 }  // namespace gradzip::quantize

@@ -62,8 +62,10 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
 
 /// x / d for the values x of one bucket, as x·(c / d) with c / d the same for the whole bucket
 /// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor; the executors encode a
-/// bucket's values with one record, so the compilers compute it once per run or loop). On a GPU an IEEE division is a
-/// subroutine of about ten instructions and a branch per value; this is two multiplications. The
+/// bucket's values with one record, so the compilers compute it once per run or loop). On a GPU
+/// an IEEE division is a subroutine of about ten instructions and a branch per value; this is two
+/// multiplications. c / d itself is `div_rn`, correctly rounded on both executors whatever the
+/// build's math flags. The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
 /// from a division's (the format does not fix the division). Where c / d could overflow (d below
 /// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly: x is at most about
@@ -74,7 +76,7 @@ struct bucket_ratio {
 
   GRADZIP_HOST_DEVICE static bucket_ratio of(float c, float d) {
     const float pre = scale_for(d);
-    return {pre, c / (d * pre)};
+    return {pre, gradzip::detail::div_rn(c, d * pre)};
   }
   /// 2^100 for d below 2^-100, else 1: scaling d and the x compared with it by this is exact and
   /// keeps products of d (and c / d) out of the subnormal (and overflow) range.

@@ -96,8 +96,10 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   }
 
   /// The record of a bucket with minimum lo, maximum hi, and whether all values were finite.
+  /// A range hi - lo beyond float's (finite values of both signs near ±1.7e38) has no finite
+  /// step: the bucket is poisoned as a non-finite one is, as QSGD's is when its norm overflows.
   GRADZIP_HOST_DEVICE static record make_record(float lo, float hi, bool finite) {
-    if (!finite) return {NAN, NAN};
+    if (!finite || !is_finite(hi - lo)) return {NAN, NAN};
     lo = lo + 0.0f;  // -0 -> +0: min/max may return either zero, the record must not differ
     hi = hi + 0.0f;
     return {lo, (hi - lo) / static_cast<float>(levels)};

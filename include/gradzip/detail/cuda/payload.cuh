@@ -233,7 +233,7 @@ using code_check_policy = launch_policy<256, 32, 8>;
 /// Notes the lowest failing position of each thread's share: each element's index and code
 /// (Codec::check_index), or for dense bucketed payloads each group of 32 codes, compared with
 /// the stage's largest on the group's plane words as the host compares them
-/// (`quantize::codes_above`: no unpacking, two or three word operations per plane).
+/// (`quantize::first_code_above`: no unpacking, two or three word operations per plane).
 template <class Codec>
 __global__ __launch_bounds__(decode_policy::threads)
 void validate_kernel(const payload_view* view, const wire::status* st, unsigned long long* pending) {
@@ -245,10 +245,9 @@ void validate_kernel(const payload_view* view, const wire::status* st, unsigned 
     using Values = typename Codec::values_type;
     static_assert(code_check_policy::threads == decode_policy::threads, "validate_kernel: one block size");
     for (std::uint64_t g = first_thread; g < (v.count + 31) / 32; g += stride) {
-      std::uint32_t above = quantize::codes_above<Values::bits>(v.values + g * Values::bits * 4, Values::max_code);
-      const std::uint64_t left = v.count - g * 32;
-      if (left < 32) above &= (std::uint32_t{1} << left) - 1u;  // the last group's padding is not checked
-      if (above != 0) note_failure(pending, g * 32 + static_cast<std::uint64_t>(__ffs(static_cast<int>(above)) - 1));
+      const int l = quantize::first_code_above<Values::bits>(v.values + g * Values::bits * 4, Values::max_code,
+                                                             v.count - g * 32);
+      if (l >= 0) note_failure(pending, g * 32 + static_cast<std::uint64_t>(l));
     }
   } else {
     for (std::uint64_t j = first_thread; j < v.count; j += stride) {

@@ -406,16 +406,15 @@ struct values_backend<host> {
   }
 
   /// Whether every code of the payload's `count` values is one the stage writes, compared on
-  /// the bit planes 32 codes at a time (`codes_above`); `bad` is the first that is not.
+  /// the bit planes 32 codes at a time (`first_code_above`); `bad` is the first that is not.
   template <class Values>
   static bool codes_valid(const std::uint8_t* codes, std::uint64_t first_group, std::uint64_t last_group,
                           std::uint64_t count, std::uint64_t& bad) {
     for (std::uint64_t q = first_group; q < last_group; ++q) {
-      std::uint32_t above = quantize::codes_above<Values::bits>(codes + q * Values::bits * 4, Values::max_code);
-      const std::uint64_t n = std::min<std::uint64_t>(32, count - q * 32);
-      if (n < 32) above &= (std::uint32_t{1} << n) - 1u;  // the last group's padding is not checked
-      if (above != 0) {
-        bad = q * 32 + static_cast<std::uint64_t>(lowest_bit64(above));
+      const int l = quantize::first_code_above<Values::bits>(codes + q * Values::bits * 4, Values::max_code,
+                                                             count - q * 32);
+      if (l >= 0) {
+        bad = q * 32 + static_cast<std::uint64_t>(l);
         return false;
       }
     }

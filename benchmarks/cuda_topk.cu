@@ -164,7 +164,12 @@ float* upload_one_binade(std::size_t n) {
   return upload(h);
 }
 
-template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic>
+/// How the select starts: from the sample's bound where cuda_topk chooses it (from
+/// cuda_topk_sample_from elements), or always by the radix histogram of x (the A/B baseline).
+enum class topk_start { as_chosen, radix };
+
+template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic,
+          topk_start Start = topk_start::as_chosen>
 void BM_cuda_topk_phases(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
@@ -179,8 +184,9 @@ void BM_cuda_topk_phases(benchmark::State& state) {
   const auto run = [&] {
     timeline.restart();
     timeline.mark("start");
+    const std::uint64_t sample_from = Start == topk_start::radix ? ~std::uint64_t{0} : gz::detail::cuda_topk_sample_from;
     gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
-                                    [&](const char* name) { timeline.mark(name); });
+                                    [&](const char* name) { timeline.mark(name); }, sample_from);
     timeline.wait();
   };
   run();  // warm-up
@@ -250,6 +256,8 @@ BENCHMARK_TEMPLATE(BM_cuda_topk, __nv_bfloat16)->Apply(device_axis)->UseManualTi
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element)
+    ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::synthetic, topk_start::radix)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any, topk_input::one_binade)
     ->Arg(1 << 24)->Arg(1 << 28)->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);

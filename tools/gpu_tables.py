@@ -69,7 +69,8 @@ def fusion(runs):
 
 
 # In launch order; the selects were launches of their own before 2026-11-26.
-TOPK_LAUNCHES = ("init0", "histogram0", "select0", "compact0", "select1", "histogram1", "select2", "emit0")
+TOPK_LAUNCHES = ("init0", "sample0", "histogram0", "select0", "compact0", "select1", "compact1", "histogram1",
+                 "select2", "histogram2", "emit0")
 
 
 def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
@@ -81,7 +82,7 @@ def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
     lines = ["| counting | input | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 4)]
     for k, r in found:
         counting = re.search(r"topk_counting::(\w+)", k).group(1)
-        data = "one binade" if "one_binade" in k else "synthetic"
+        data = ("one binade" if "one_binade" in k else "synthetic") + (", radix only" if "topk_start::radix" in k else "")
         cells = [f"{r[f'{c}_us']:.1f}" if f"{c}_us" in r else "" for c in launches]
         lines.append(f"| {counting} | {data} | {size_label(int(k.rsplit('/', 1)[-1]))} | " + " | ".join(cells) +
                      f" | {r['median_us']:.1f} |")

@@ -245,23 +245,32 @@ TEST_CASE("cuda topk: candidate list or x, early stops, ties across tiles", "[gp
 
 namespace {
 
-template <gz::detail::topk_counting Counting>
-std::vector<std::uint64_t> device_topk(const std::vector<float>& x, std::uint64_t k, gz::cuda& dev,
-                                       std::vector<std::string>& marks) {
-  device_vector<float> dx(x);
+template <gz::detail::topk_counting Counting, class T>
+std::vector<std::uint64_t> device_topk(const std::vector<T>& x, std::uint64_t k, gz::cuda& dev,
+                                       std::vector<std::string>& marks,
+                                       std::uint64_t sample_from = gz::detail::cuda_topk_sample_from) {
+  device_vector<T> dx(x);
   device_vector<std::uint64_t> index(k);
-  device_vector<float> values(k);
+  device_vector<T> values(k);
   marks.clear();
-  gz::detail::cuda_topk<Counting>(dev, gz::span<const float>(dx.data, x.size()), k,
+  gz::detail::cuda_topk<Counting>(dev, gz::span<const T>(dx.data, x.size()), k,
                                   gradzip_tools::topk_pair_sink{index.data, values.data},
-                                  [&](const char* name) { marks.emplace_back(name); });
+                                  [&](const char* name) { marks.emplace_back(name); }, sample_from);
   dev.check();
   const auto i = index.download();
   const auto v = values.download();
   std::size_t wrong_values = 0;
-  for (std::size_t j = 0; j < k; ++j) wrong_values += i[j] >= x.size() || std::memcmp(&v[j], &x[i[j]], sizeof(float)) != 0;
+  for (std::size_t j = 0; j < k; ++j) wrong_values += i[j] >= x.size() || std::memcmp(&v[j], &x[i[j]], sizeof(T)) != 0;
   CHECK(wrong_values == 0);
   return i;
+}
+
+/// The device top-k's state after its last call on dev (the start of dev's scratch).
+template <class T>
+gz::detail::cuda_topk_state<gz::key_type_t<T>> last_topk_state(gz::cuda& dev) {
+  gz::detail::cuda_topk_state<gz::key_type_t<T>> st{};
+  GRADZIP_CUDA_TRY(cudaMemcpy(&st, dev.scratch(0), sizeof(st), cudaMemcpyDeviceToHost));
+  return st;
 }
 
 }  // namespace
@@ -284,6 +293,53 @@ TEST_CASE("cuda topk counts digits alike by match_any and per element, and marks
     CHECK(marks == fp32_launches);
     CHECK(device_topk<topk_counting::per_element>(x, k, dev, marks) == want);
     CHECK(marks == fp32_launches);
+  }
+}
+
+TEST_CASE("cuda topk starts from a sample's bound, and falls back when the sample misleads or the list overflows",
+          "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  using gz::detail::topk_counting;
+  constexpr std::uint64_t from = 1 << 16;  // the sampled select at test sizes (by default from 2^22)
+  const std::vector<std::string> sampled_launches = {"init",    "sample",    "compact",   "histogram",
+                                                     "compact", "histogram", "histogram", "emit"};
+  std::vector<std::string> marks;
+  SECTION("it holds: x is read once, and the list stays the sampled one") {
+    const auto g = gradzip_tools::synthetic_gradient<float>(200003, 7);
+    for (const std::uint64_t k : {1, 200, 2000}) {
+      INFO("k " << k);
+      CHECK(device_topk<topk_counting::per_element>(g, k, dev, marks, from) == test::reference_topk(g, k));
+      CHECK(marks == sampled_launches);
+      const auto st = last_topk_state<float>(dev);
+      CHECK(st.sampled == 1);
+      CHECK(st.candidates >= k);
+      // About the sample's share of n (the k-th largest sample and 4 sigma): not a whole bin's.
+      const std::uint64_t m = gz::detail::topk_sample_size(g.size());
+      CHECK(st.candidates <= 2 * gz::detail::topk_sample_rank(g.size(), k, m) * (g.size() / m));
+    }
+    CHECK(device_topk<topk_counting::match_any>(g, 2000, dev, marks, from) == test::reference_topk(g, 2000));
+    const auto d = gradzip_tools::synthetic_gradient<double>(200003, 8);
+    CHECK(device_topk<topk_counting::per_element>(d, 2000, dev, marks, from) == test::reference_topk(d, 2000));
+    CHECK(last_topk_state<double>(dev).sampled == 1);
+    // Below sample_from, or with a k whose expected list would crowd the list: the radix select.
+    CHECK(device_topk<topk_counting::per_element>(g, 2000, dev, marks, 200004) == test::reference_topk(g, 2000));
+    CHECK(marks == std::vector<std::string>{"init", "histogram", "compact", "histogram", "emit"});
+    CHECK(device_topk<topk_counting::per_element>(g, 40000, dev, marks, from) == test::reference_topk(g, 40000));
+    CHECK(marks.at(1) == "histogram");
+  }
+  SECTION("the sample sees only the largest keys: fewer than k reach its bound") {
+    std::vector<float> x = gradzip_tools::synthetic_gradient<float>(200003, 9);
+    const std::uint64_t m = gz::detail::topk_sample_size(x.size());
+    for (std::uint64_t j = 0; j < m; ++j) x[j * x.size() / m] = 100.0f + static_cast<float>(j);
+    CHECK(device_topk<topk_counting::per_element>(x, 2000, dev, marks, from) == test::reference_topk(x, 2000));
+    CHECK(marks == sampled_launches);
+    CHECK(last_topk_state<float>(dev).sampled == 0);
+  }
+  SECTION("the list outgrows its capacity: every key equals the bound") {
+    const std::vector<float> x(200003, -0.5f);
+    CHECK(device_topk<topk_counting::per_element>(x, 100, dev, marks, from) == test::reference_topk(x, 100));
+    CHECK(last_topk_state<float>(dev).sampled == 0);
   }
 }
 

@@ -94,7 +94,7 @@ TEST_CASE("topk ties at the threshold split across chunks from the candidate lis
 
 TEST_CASE("topk falls back from one read when the sample misleads it", "[topk]") {
   const std::size_t n = 1 << 20;
-  const std::size_t m = detail::host_topk_sample_size(n);
+  const std::size_t m = detail::topk_sample_size(n);
   REQUIRE(m == 16384);
   SECTION("the sample sees only the largest keys: fewer than k lie above its bound") {
     auto x = random_floats(n, 31);

@@ -8,13 +8,16 @@
 
 namespace gradzip_tools {
 
+template <class T = float>
 struct topk_pair_sink {
   std::uint64_t* index;
-  float* values;
-  __device__ void operator()(std::uint64_t at, std::uint64_t i, float v) const {
+  T* values;
+  __device__ void operator()(std::uint64_t at, std::uint64_t i, T v) const {
     index[at] = i;
     values[at] = v;
   }
 };
+template <class T>
+topk_pair_sink(std::uint64_t*, T*) -> topk_pair_sink<T>;
 
 }  // namespace gradzip_tools

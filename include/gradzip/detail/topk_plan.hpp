@@ -23,13 +23,34 @@ struct cuda_topk_state {
   Key prefix;                     // the digits chosen so far
   Key mask;                       // their bits
   Key threshold;                  // T, once resolved: keys above T are taken, and ties_to_take keys equal to T
+  Key bound;                      // the sample's bound: the sampled compaction keeps keys >= bound
   std::uint64_t rank;             // rank of T among the keys that match the prefix
   std::uint64_t ties_to_take;
   std::uint64_t resolved;         // 1 once T is known: at the last digit, or when a bin is taken whole
   std::uint64_t candidates;       // elements in the candidate list, or cuda_topk_no_list
-  unsigned long long tickets[2];  // tile ids of the compaction and the emit (lookback.cuh)
+  std::uint64_t sampled;          // 1 while the list is the sampled compaction's (the radix passes over x return)
+  unsigned long long tickets[3];  // tile ids of the compaction, the emit and the sampled compaction (lookback.cuh)
   unsigned blocks_done;           // blocks of the running counting pass that have finished it
 };
+
+/// Which select a counting pass serves: both, the radix one from x only (it returns when the
+/// sampled list holds the candidates), or the sampled one only (it returns when that fell back).
+enum class topk_pass : unsigned { both, radix, sampled };
+
+/// Whether a pass for `p` has work with the state st (T unresolved, and p's select running).
+template <class Key>
+GRADZIP_HOST_DEVICE inline bool topk_pass_runs(const cuda_topk_state<Key>* st, topk_pass p) {
+  if (st->resolved != 0) return false;
+  if (p == topk_pass::radix) return st->sampled == 0;
+  if (p == topk_pass::sampled) return st->sampled != 0;
+  return true;
+}
+
+/// Inputs from this size on start from a strided sample's bound (topk_sample_size): one read of
+/// x, the compaction's, instead of a histogram's and the compaction's. Near 2^22 the sample's
+/// one-block kernel and the launches that return at once cost about what the histogram's read
+/// saves (an H100's phases and a model, docs/performance.md; the path itself is not timed yet).
+inline constexpr std::uint64_t cuda_topk_sample_from = std::uint64_t{1} << 23;
 
 /// One radix digit: bits [shift, shift + width) of the key.
 struct radix_digit {

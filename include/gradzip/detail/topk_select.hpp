@@ -1,6 +1,8 @@
 // Radix-select helpers shared by the host and CUDA top-k: digit layout and the bin search.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "gradzip/core/config.hpp"
@@ -16,6 +18,17 @@ inline constexpr int topk_digit_bins = 1 << topk_digit_bits;
 GRADZIP_HOST_DEVICE constexpr std::uint64_t topk_candidate_capacity(std::uint64_t n, std::uint64_t floor) {
   const std::uint64_t c = n / 8 > floor ? n / 8 : floor;
   return c < n ? c : n;
+}
+
+/// Elements of the strided sample behind the one-read selects' bound (position j * n / m), on
+/// both executors.
+inline std::uint64_t topk_sample_size(std::uint64_t n) { return std::min<std::uint64_t>(n / 64, 16384); }
+
+/// Samples of m whose key must lie at or above the bound: k's share of the sample, four
+/// standard deviations of a binomial count, and 8 more.
+inline std::uint64_t topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uint64_t m) {
+  const double mean = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
+  return std::min<std::uint64_t>(m, static_cast<std::uint64_t>(mean + 4 * std::sqrt(mean) + 8) + 1);
 }
 
 /**

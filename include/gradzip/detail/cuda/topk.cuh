@@ -12,10 +12,15 @@
 //      a select that takes its whole bin resolves T early and the later passes return at once;
 //   4. the emit compacts the list (or x) once more: keys above T, and the first ties_to_take keys
 //      equal to T, each at its rank, so indices come out sorted and ties go to the lower index.
+// From cuda_topk_sample_from elements on, a strided sample's bound replaces step 1 (as the
+// host's one-read select): one block picks the key that about k + 4 sigma of the sampled keys
+// reach, one compaction keeps the keys at or above it and counts their first digit, and the
+// later digits count the list. If the list misses some of the k largest or overflows, its last
+// block hands over to steps 1-2, launched after it either way, which otherwise return at once.
 // The compactions are single passes with decoupled look-back (lookback.cuh). Every count is an
 // integer and every position a rank in index order, so the payload equals the host's byte for
-// byte. x is read twice (plus the list); a float's top-k is 5 launches, the first zeroing 16 KB
-// of bins and the tile words.
+// byte. x is read twice (once when the sample holds; plus the list); a float's top-k is 5
+// launches (8 from the sample), the first zeroing 16 KB of bins and the tile words.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -198,15 +203,21 @@ __device__ inline void block_find_rank(const unsigned long long* hist, int bins,
  * last one may change it.
  */
 template <class Key>
-__device__ inline void select_if_last(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
+__device__ inline bool last_block_of_pass(cuda_topk_state<Key>* st) {
   static_assert(topk_policy::threads == cuda_topk_select_threads, "select_if_last: a pass's block selects");
   __shared__ bool last;
   __threadfence();  // this block's bins (flush_bins) before its count of finished blocks
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&st->blocks_done, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (!last) return;
-  __threadfence();  // every other block's bins before the reads below
+  if (last) __threadfence();  // every other block's bins before the last block reads them
+  return last;
+}
+
+/// The last block's select of digit d: its bin, the narrowed state, and zeroed bins and
+/// `blocks_done` for the next pass.
+template <class Key>
+__device__ inline void select_digit(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
   const int bins = 1 << d.width;
   int bin = 0;
   std::uint64_t above = 0, in_bin = 0;
@@ -218,8 +229,14 @@ __device__ inline void select_if_last(unsigned long long* hist, radix_digit d, c
   }
 }
 
+template <class Key>
+__device__ inline void select_if_last(unsigned long long* hist, radix_digit d, cuda_topk_state<Key>* st) {
+  if (last_block_of_pass(st)) select_digit(hist, d, st);
+}
+
 /// Histogram of digit d over the keys that match the prefix: x at the first digit, the list (or
-/// x) after the compaction. Returns at once once T is resolved. Its launch bounds hold it to 32
+/// x) after the compaction. Returns at once once T is resolved, or when `pass` serves the other
+/// select (topk_pass_runs). Its launch bounds hold it to 32
 /// registers, 8 blocks per SM, as it had before the select joined it: unbounded, the select's
 /// 48 (sm_90) left room for 5 of the grid's 8 blocks per SM, and the first histogram over 2^28
 /// took 334 µs on an H200 instead of 315. The select spills a few words under 32 (sm_90,
@@ -231,8 +248,8 @@ inline constexpr unsigned topk_histogram_min_blocks = sizeof(T) <= 4 ? topk_poli
 template <class T, class Key, topk_counting Counting>
 __global__ __launch_bounds__(topk_policy::threads, topk_histogram_min_blocks<T>)
 void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
-                           radix_digit d, unsigned long long* hist) {
-  if (st->resolved != 0) return;
+                           radix_digit d, unsigned long long* hist, topk_pass pass) {
+  if (!topk_pass_runs(st, pass)) return;
   __shared__ unsigned bins[topk_digit_bins];
   zero_bins(bins);
   const topk_source<T> src = source_of(x, n, list, st);
@@ -251,6 +268,68 @@ void topk_histogram_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_
   }
   flush_bins(bins, hist);
   select_if_last(hist, d, st);
+}
+
+/// The sampled compaction's list missed some of the k largest (the sample misled: fewer than k
+/// keys reached its bound) or outgrew its capacity: the last block zeroes the bins it counted and
+/// hands the select over to the radix passes over x, which start from the state init left.
+template <class Key>
+__device__ inline void abandon_sample(unsigned long long* hist, radix_digit counted, cuda_topk_state<Key>* st) {
+  for (int b = threadIdx.x; b < (1 << counted.width); b += blockDim.x) hist[b] = 0;
+  if (threadIdx.x == 0) {
+    st->sampled = 0;
+    st->candidates = cuda_topk_no_list;
+    st->blocks_done = 0;
+  }
+}
+
+/**
+ * The sample's bound, in one block: the rank-th largest key of the m keys at positions j * n / m
+ * (the host's one-read sample, topk_sample_size), by a radix select over those keys digit by digit
+ * (each digit re-reads the m scattered elements, from L2 after the first). Sets st->bound and
+ * st->sampled; the rank stays k and the prefix empty, so the sampled compaction counts the first
+ * digit of every key it keeps.
+ */
+template <class T, class Key>
+__global__ __launch_bounds__(cuda_topk_select_threads)
+void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint64_t rank, cuda_topk_state<Key>* st) {
+  __shared__ unsigned bins[topk_digit_bins];
+  __shared__ unsigned long long counts[topk_digit_bins];
+  Key prefix = 0, mask = 0;
+  // cuda_topk_digits' digits, one at a time (an array indexed by the level would be a stack frame)
+  for (int high = magnitude_key_bits<Key>; high > 0; high -= topk_digit_bits) {
+    const int width = high < topk_digit_bits ? high : topk_digit_bits;
+    const radix_digit d{high - width, width};
+    zero_bins(bins);
+    // Eight scattered loads in flight per thread before its atomics: one at a time, the 64 a
+    // thread reads would wait 64 memory latencies per digit.
+    for (std::uint64_t base = 0; base < m; base += 8 * blockDim.x) {
+      Key key[8];
+#pragma unroll
+      for (unsigned u = 0; u < 8; ++u) {
+        const std::uint64_t j = base + u * blockDim.x + threadIdx.x;
+        key[u] = j < m ? magnitude_key(x[j * n / m]) : Key{0};
+      }
+#pragma unroll
+      for (unsigned u = 0; u < 8; ++u) {
+        const unsigned digit = digit_of(key[u], prefix, mask, d);
+        if (base + u * blockDim.x + threadIdx.x < m && digit != topk_no_digit) atomicAdd(&bins[digit], 1u);
+      }
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < (1 << d.width); b += blockDim.x) counts[b] = bins[b];
+    __syncthreads();
+    int bin = 0;
+    std::uint64_t above = 0, in_bin = 0;
+    block_find_rank(counts, 1 << d.width, rank, bin, above, in_bin);
+    rank -= above;
+    prefix |= static_cast<Key>(bin) << d.shift;
+    mask |= ((Key{1} << d.width) - 1) << d.shift;
+  }
+  if (threadIdx.x == 0) {
+    st->bound = prefix;
+    st->sampled = 1;
+  }
 }
 
 /// Shared storage of a compaction tile: the block scan, the tile id and the tile's base. Measured
@@ -276,28 +355,36 @@ GRADZIP_HOST_DEVICE inline std::uint64_t topk_compact_tiles(std::uint64_t n) {
 }
 
 /**
- * The candidate list: every element of x whose key is at least the first digit's chosen bin's
- * lowest (st->prefix), in index order, written while it fits; st->candidates gets their count.
- * On the way, digit `next` of the keys in that bin goes to hist (unless T is resolved).
+ * The candidate list: every element of x whose key is at least `low`, in index order, written
+ * while it fits; st->candidates gets their count. On the way, digit `next` of the kept keys that
+ * match the prefix goes to hist (unless T is resolved).
+ * - The radix select's compaction (`Sampled` false) keeps the first digit's chosen bin and every
+ *   higher one (low = st->prefix, that bin's lowest key), and counts the second digit of the
+ *   bin's keys. It returns at once when the sampled list already holds the candidates.
+ * - The sampled one keeps the keys at or above the sample's bound (low = st->bound) and counts
+ *   the first digit of all of them (prefix and mask 0). Its last block selects only if the list
+ *   holds at least k keys and fits (then the k-th largest and its ties are in it); otherwise it
+ *   zeroes the bins and hands over to the radix select (`abandon_sample`).
  * With two runs per tile, thread t's runs in tile i are runs (2i + j) * threads + t for j = 0, 1:
  * a tile's first half, then its second, so one scan of (count in run 1, count in run 0) pairs
  * ranks both in index order.
  */
-template <class T, class Key, topk_counting Counting>
+template <class T, class Key, topk_counting Counting, bool Sampled = false>
 __global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
 void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_state<Key>* st,
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
   constexpr unsigned runs = topk_compact_runs<T>;
   static_assert(runs == 1 || runs == 2, "topk_compact_kernel: a pair of 32-bit counts per thread");
   using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
+  if (!Sampled && st->sampled != 0) return;
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ topk_tile_storage s;
   zero_bins(bins);
-  const Key low = st->prefix, mask = st->mask;
+  const Key low = Sampled ? st->bound : st->prefix, prefix = st->prefix, mask = st->mask;
   const bool count_next = st->resolved == 0;
   const std::uint64_t tiles = topk_compact_tiles<T>(n);
   for (;;) {
-    const std::uint64_t tile = claim_tile(&st->tickets[0], &s.id);
+    const std::uint64_t tile = claim_tile(&st->tickets[Sampled ? 2 : 0], &s.id);
     if (tile >= tiles) break;
     run_of_8 r[runs];
     T v[runs][8] = {};
@@ -312,8 +399,9 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
 #pragma unroll
       for (unsigned k = 0; k < 8; ++k) {
         const Key key = magnitude_key(v[j][k]);
-        if (k < r[j].valid && key >= low) kept[j] |= 1u << k;
-        add_digit<Counting>(bins, k < r[j].valid && count_next ? digit_of(key, low, mask, next) : topk_no_digit);
+        const bool keep = k < r[j].valid && key >= low;
+        if (keep) kept[j] |= 1u << k;
+        add_digit<Counting>(bins, keep && count_next ? digit_of(key, prefix, mask, next) : topk_no_digit);
       }
     }
     std::uint64_t rank = 0, total = 0;  // (run 1's count << 32) | run 0's count; at most 2,048 each
@@ -343,7 +431,12 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
     __syncthreads();  // the scan's storage and the base are reused for the next tile
   }
   flush_bins(bins, hist);
-  if (count_next) select_if_last(hist, next, st);
+  if (!count_next || !last_block_of_pass(st)) return;
+  if (Sampled && !(st->candidates >= st->rank && st->candidates <= list.capacity)) {
+    abandon_sample(hist, next, st);
+  } else {
+    select_digit(hist, next, st);
+  }
 }
 
 /**
@@ -403,7 +496,7 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
 
 /// Byte offsets of the device top-k's scratch, each part 256-byte aligned: the state, the bins
 /// and the tile words (contiguous, so topk_init_kernel zeroes both; 1 count for the compaction,
-/// 2 for the emit), then the list's indices and values.
+/// 2 for the emit, 1 for the sampled compaction), then the list's indices and values.
 template <class T>
 struct cuda_topk_layout {
   std::uint64_t capacity;  // list entries
@@ -411,7 +504,7 @@ struct cuda_topk_layout {
   explicit cuda_topk_layout(std::uint64_t n)
       : capacity(cuda_topk_list_capacity(n)),
         words(hist + topk_digit_bins * sizeof(unsigned long long)),
-        index(scratch_aligned(words + 3 * topk_tiles(n) * sizeof(std::uint64_t))),
+        index(scratch_aligned(words + 4 * topk_tiles(n) * sizeof(std::uint64_t))),
         values(scratch_aligned(index + capacity * sizeof(std::uint64_t))),
         total(scratch_aligned(values + capacity * sizeof(T))) {}
 };
@@ -429,7 +522,8 @@ struct no_phase_marks {
  * benchmark records an event there to time each kernel.
  */
 template <topk_counting Counting = topk_default_counting, class T, class Sink, class Marks = no_phase_marks>
-void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, Marks marks = {}) {
+void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, Marks marks = {},
+               std::uint64_t sample_from = cuda_topk_sample_from) {
   using Key = key_type_t<T>;
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
@@ -449,17 +543,30 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   marks("init");
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
+  // The sampled select, where it may pay and its expected list leaves room (as the host's
+  // one read); whether it held is known on the device only, so the radix passes over x are
+  // launched after it either way and return at once when it did.
+  const std::uint64_t m = topk_sample_size(n);
+  const bool sampled = n >= sample_from && m >= 1024 && topk_sample_rank(n, k, m) * (n / m) <= l.capacity / 2;
+  const auto histogram = [&](radix_digit d, topk_pass pass) {
+    launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, d, hist, pass);
+    marks("histogram");
+  };
+  if (sampled) {
+    launch(topk_sample_kernel<T, Key>, 1, cuda_topk_select_threads, 0, stream, x.data(), n, m, topk_sample_rank(n, k, m),
+           state);
+    marks("sample");
+    launch(topk_compact_kernel<T, Key, Counting, true>, grid, threads, 0, stream, x.data(), n, list, state, digits[0],
+           hist, words + 3 * topk_tiles(n));
+    marks("compact");
+  }
   // Each counting pass ends with its last block's select (select_if_last): no launch between.
-  launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[0], hist);
-  marks("histogram");
+  histogram(digits[0], sampled ? topk_pass::radix : topk_pass::both);
   launch(topk_compact_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[1], hist,
          words);
   marks("compact");
-  for (int level = 2; level < levels; ++level) {
-    launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, digits[level],
-           hist);
-    marks("histogram");
-  }
+  if (sampled) histogram(digits[1], topk_pass::sampled);
+  for (int level = 2; level < levels; ++level) histogram(digits[level], topk_pass::both);
   launch(topk_emit_kernel<T, Key, Sink>, grid, threads, 0, stream, x.data(), n, list, state,
          words + topk_tiles(n), sink);
   marks("emit");

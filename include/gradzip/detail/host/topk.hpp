@@ -206,16 +206,6 @@ void host_topk_from_list(host& exec, span<const T> x, std::uint64_t k, host_topk
   host_topk_emit_list(exec, k, s, chunks, listed, sink);
 }
 
-/// Elements of the strided sample behind the one-read path's bound (position j * n / m).
-inline std::size_t host_topk_sample_size(std::size_t n) { return std::min<std::size_t>(n / 64, 16384); }
-
-/// Samples of m whose key must lie at or above the bound: k's share of the sample, four
-/// standard deviations of a binomial count, and 8 more.
-inline std::uint64_t host_topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uint64_t m) {
-  const double mean = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
-  return std::min<std::uint64_t>(m, static_cast<std::uint64_t>(mean + 4 * std::sqrt(mean) + 8) + 1);
-}
-
 /**
  * The one-read path, tried first when k is small against the list: a strided sample of x gives
  * a bound that about k + 4 sigma keys exceed; one read gathers every key >= bound into each
@@ -228,9 +218,9 @@ bool host_topk_one_read(host& exec, span<const T> x, std::uint64_t k, host_topk_
                         std::size_t chunks, std::size_t cap, const Sink& sink) {
   using Key = key_type_t<T>;
   const std::size_t n = x.size();
-  const std::size_t m = host_topk_sample_size(n);
+  const std::size_t m = topk_sample_size(n);
   if (m < 1024) return false;  // small inputs sit in the caches: the histogram path is cheap
-  const std::uint64_t rank = host_topk_sample_rank(n, k, m);
+  const std::uint64_t rank = topk_sample_rank(n, k, m);
   const std::size_t room = cap / chunks;
   if (rank * (n / m) > room / 2) return false;  // the expected list would crowd a chunk's share
   for (std::size_t j = 0; j < m; ++j) s.keys[j] = magnitude_key(x[j * n / m]);

@@ -69,8 +69,8 @@ def fusion(runs):
 
 
 # In launch order; the selects were launches of their own before 2026-11-26.
-TOPK_LAUNCHES = ("init0", "sample0", "histogram0", "select0", "compact0", "select1", "compact1", "histogram1",
-                 "select2", "histogram2", "emit0")
+TOPK_LAUNCHES = ("init0", "sample0", "compact_sampled0", "histogram0", "select0", "compact0", "select1",
+                 "histogram_sampled0", "histogram1", "select2", "emit0")
 
 
 def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):

@@ -301,9 +301,9 @@ TEST_CASE("cuda topk starts from a sample's bound, and falls back when the sampl
   REQUIRE_GPU();
   gz::cuda dev;
   using gz::detail::topk_counting;
-  constexpr std::uint64_t from = 1 << 16;  // the sampled select at test sizes (by default from 2^22)
-  const std::vector<std::string> sampled_launches = {"init",    "sample",    "compact",   "histogram",
-                                                     "compact", "histogram", "histogram", "emit"};
+  constexpr std::uint64_t from = 1 << 16;  // the sampled select at test sizes (by default from 2^23)
+  const std::vector<std::string> sampled_launches = {"init",    "sample",            "compact_sampled", "histogram",
+                                                     "compact", "histogram_sampled", "histogram",       "emit"};
   std::vector<std::string> marks;
   SECTION("it holds: x is read once, and the list stays the sampled one") {
     const auto g = gradzip_tools::synthetic_gradient<float>(200003, 7);
@@ -322,6 +322,9 @@ TEST_CASE("cuda topk starts from a sample's bound, and falls back when the sampl
     const auto d = gradzip_tools::synthetic_gradient<double>(200003, 8);
     CHECK(device_topk<topk_counting::per_element>(d, 2000, dev, marks, from) == test::reference_topk(d, 2000));
     CHECK(last_topk_state<double>(dev).sampled == 1);
+    const auto b = converted<__nv_bfloat16>(g);  // 16-bit keys: many ties at T
+    CHECK(device_topk<topk_counting::per_element>(b, 2000, dev, marks, from) == test::reference_topk(b, 2000));
+    CHECK(last_topk_state<__nv_bfloat16>(dev).sampled == 1);
     // Below sample_from, or with a k whose expected list would crowd the list: the radix select.
     CHECK(device_topk<topk_counting::per_element>(g, 2000, dev, marks, 200004) == test::reference_topk(g, 2000));
     CHECK(marks == std::vector<std::string>{"init", "histogram", "compact", "histogram", "emit"});
@@ -335,10 +338,35 @@ TEST_CASE("cuda topk starts from a sample's bound, and falls back when the sampl
     CHECK(device_topk<topk_counting::per_element>(x, 2000, dev, marks, from) == test::reference_topk(x, 2000));
     CHECK(marks == sampled_launches);
     CHECK(last_topk_state<float>(dev).sampled == 0);
+    CHECK(device_topk<topk_counting::match_any>(x, 2000, dev, marks, from) == test::reference_topk(x, 2000));
+    CHECK(last_topk_state<float>(dev).sampled == 0);
+    std::vector<double> d(x.begin(), x.end());
+    CHECK(device_topk<topk_counting::per_element>(d, 2000, dev, marks, from) == test::reference_topk(d, 2000));
+    CHECK(last_topk_state<double>(dev).sampled == 0);
   }
-  SECTION("the list outgrows its capacity: every key equals the bound") {
-    const std::vector<float> x(200003, -0.5f);
+  SECTION("the first digit's bin holds the bound and exactly the rank: T resolves there, from the list") {
+    // 1.1 at the m sampled positions, 1.0 elsewhere: one first-digit bin (0x3F8) holds both, the
+    // list holds the k = m keys 1.1 and the select takes its bin whole (threshold just below the
+    // bin). The emit must read the list: from x it would take every 1.0 of the bin too.
+    std::vector<float> x(200003, 1.0f);
+    const std::uint64_t m = gz::detail::topk_sample_size(x.size());
+    for (std::uint64_t j = 0; j < m; ++j) x[j * x.size() / m] = 1.1f;
+    CHECK(device_topk<topk_counting::per_element>(x, m, dev, marks, from) == test::reference_topk(x, m));
+    const auto st = last_topk_state<float>(dev);
+    CHECK(st.sampled == 1);
+    CHECK(st.candidates == m);
+    CHECK(st.resolved == 1);
+    CHECK(st.ties_to_take == 0);
+  }
+  SECTION("the list outgrows its capacity: more keys reach the bound than it holds") {
+    const std::vector<float> x(200003, -0.5f);  // all equal: ties to the lowest indices
     CHECK(device_topk<topk_counting::per_element>(x, 100, dev, marks, from) == test::reference_topk(x, 100));
+    CHECK(last_topk_state<float>(dev).sampled == 0);
+    // 1 % distinct large keys and a flat rest at the sample's bound: the list overflows, and the
+    // radix select finds the large keys in their own bins.
+    std::vector<float> y(200003, 0.25f);
+    for (std::size_t i = 3; i < y.size(); i += 101) y[i] = 2.0f + 1e-4f * static_cast<float>(i % 1000);
+    CHECK(device_topk<topk_counting::per_element>(y, 1500, dev, marks, from) == test::reference_topk(y, 1500));
     CHECK(last_topk_state<float>(dev).sampled == 0);
   }
 }

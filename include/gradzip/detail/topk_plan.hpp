@@ -24,7 +24,7 @@ struct cuda_topk_state {
   Key mask;                       // their bits
   Key threshold;                  // T, once resolved: keys above T are taken, and ties_to_take keys equal to T
   Key bound;                      // the sample's bound: the sampled compaction keeps keys >= bound
-  std::uint64_t rank;             // rank of T among the keys that match the prefix
+  std::uint64_t rank;             // rank of T among the keys that match the prefix (and reach the bound, sampled)
   std::uint64_t ties_to_take;
   std::uint64_t resolved;         // 1 once T is known: at the last digit, or when a bin is taken whole
   std::uint64_t candidates;       // elements in the candidate list, or cuda_topk_no_list
@@ -99,7 +99,8 @@ GRADZIP_HOST_DEVICE void narrow_state(cuda_topk_state<Key>* st, radix_digit d, i
  * least the lowest of the first digit's chosen bin: the k largest and the rest of that bin (a
  * bin spans an eighth of an octave). On the synthetic gradient that is 1.07-1.25 k for k from
  * 0.1 % to 10 % of n (2^20 and 2^24 elements), so n / 8 leaves room up to about k = 10 %;
- * beyond, the later passes read x instead (the same bytes).
+ * beyond, the later passes read x instead (the same bytes). From a sample, the list holds the
+ * keys at or above the sample's bound instead (about 1.37 k at 1 %), and only when they fit.
  */
 GRADZIP_HOST_DEVICE inline std::uint64_t cuda_topk_list_capacity(std::uint64_t n) {
   return topk_candidate_capacity(n, std::uint64_t{1} << 16);

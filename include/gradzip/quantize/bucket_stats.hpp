@@ -64,8 +64,8 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
 /// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor; the executors encode a
 /// bucket's values with one record, so the compilers compute it once per run or loop). On a GPU
 /// an IEEE division is a subroutine of about ten instructions and a branch per value; this is two
-/// multiplications. c / d itself is `div_rn`, correctly rounded on both executors whatever the
-/// build's math flags. The
+/// multiplications. c / d itself is `div_rn`, correctly rounded on the device under nvcc's
+/// --use_fast_math too (host flags such as -ffast-math are the user's to avoid). The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
 /// from a division's (the format does not fix the division). Where c / d could overflow (d below
 /// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly: x is at most about

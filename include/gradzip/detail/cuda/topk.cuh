@@ -13,8 +13,8 @@
 //   4. the emit compacts the list (or x) once more: keys above T, and the first ties_to_take keys
 //      equal to T, each at its rank, so indices come out sorted and ties go to the lower index.
 // From cuda_topk_sample_from elements on, a strided sample's bound replaces step 1 (as the
-// host's one-read select): one block picks the key that about k + 4 sigma of the sampled keys
-// reach, one compaction keeps the keys at or above it and counts their first digit, and the
+// host's one-read select): one block picks the key that k m / n + 4 sigma + 9 of the m sampled
+// keys reach, one compaction keeps the keys at or above it and counts their first digit, and the
 // later digits count the list. If the list misses some of the k largest or overflows, its last
 // block hands over to steps 1-2, launched after it either way, which otherwise return at once.
 // The compactions are single passes with decoupled look-back (lookback.cuh). Every count is an
@@ -196,15 +196,15 @@ __device__ inline void block_find_rank(const unsigned long long* hist, int bins,
 }
 
 /**
- * The end of a counting pass, in every block after its flush_bins: the last block to finish
- * picks digit d's bin, narrows the state, and zeroes the bins and `blocks_done` for the next pass. So
- * the select costs no launch of its own (a one-block launch took about 5 us at every n on an
+ * The end of a counting pass, in every block after its flush_bins: whether this block is the
+ * last to finish, which then sees every block's bins and state writes and selects (select_digit),
+ * so the select costs no launch of its own (a one-block launch took about 5 us at every n on an
  * H200, three of them in a float's top-k). Every block read the state before it counted, so the
  * last one may change it.
  */
 template <class Key>
 __device__ inline bool last_block_of_pass(cuda_topk_state<Key>* st) {
-  static_assert(topk_policy::threads == cuda_topk_select_threads, "select_if_last: a pass's block selects");
+  static_assert(topk_policy::threads == cuda_topk_select_threads, "last_block_of_pass: a pass's block selects");
   __shared__ bool last;
   __threadfence();  // this block's bins (flush_bins) before its count of finished blocks
   __syncthreads();
@@ -293,6 +293,10 @@ __device__ inline void abandon_sample(unsigned long long* hist, radix_digit coun
 template <class T, class Key>
 __global__ __launch_bounds__(cuda_topk_select_threads)
 void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint64_t rank, cuda_topk_state<Key>* st) {
+  // j n / m as j q + j r / m (q, r: n's quotient and remainder by m), exact, with the division
+  // in 32 bits: j r < m^2 <= 2^28. A 64-bit division is a subroutine of some 70 instructions.
+  const std::uint64_t q = n / m;
+  const auto r = static_cast<std::uint32_t>(n % m), m32 = static_cast<std::uint32_t>(m);
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ unsigned long long counts[topk_digit_bins];
   Key prefix = 0, mask = 0;
@@ -308,7 +312,7 @@ void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint6
 #pragma unroll
       for (unsigned u = 0; u < 8; ++u) {
         const std::uint64_t j = base + u * blockDim.x + threadIdx.x;
-        key[u] = j < m ? magnitude_key(x[j * n / m]) : Key{0};
+        key[u] = j < m ? magnitude_key(x[j * q + static_cast<std::uint32_t>(j) * r / m32]) : Key{0};
       }
 #pragma unroll
       for (unsigned u = 0; u < 8; ++u) {
@@ -380,7 +384,9 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ topk_tile_storage s;
   zero_bins(bins);
-  const Key low = Sampled ? st->bound : st->prefix, prefix = st->prefix, mask = st->mask;
+  // The sampled pass counts every key it keeps: no prefix (and no second live key for doubles)
+  const Key low = Sampled ? st->bound : st->prefix, prefix = Sampled ? Key{0} : st->prefix;
+  const Key mask = Sampled ? Key{0} : st->mask;
   const bool count_next = st->resolved == 0;
   const std::uint64_t tiles = topk_compact_tiles<T>(n);
   for (;;) {
@@ -432,11 +438,21 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
   }
   flush_bins(bins, hist);
   if (!count_next || !last_block_of_pass(st)) return;
-  if (Sampled && !(st->candidates >= st->rank && st->candidates <= list.capacity)) {
-    abandon_sample(hist, next, st);
-  } else {
-    select_digit(hist, next, st);
+  if constexpr (Sampled) {
+    // One thread decides for the block: abandon_sample rewrites the count it reads. Volatile:
+    // another block's thread 0 wrote it in this kernel.
+    __shared__ bool holds;
+    if (threadIdx.x == 0) {
+      const std::uint64_t listed = *static_cast<volatile std::uint64_t*>(&st->candidates);
+      holds = listed >= st->rank && listed <= list.capacity;
+    }
+    __syncthreads();
+    if (!holds) {
+      abandon_sample(hist, next, st);
+      return;
+    }
   }
+  select_digit(hist, next, st);
 }
 
 /**
@@ -518,7 +534,8 @@ struct no_phase_marks {
  * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
  * sink(position, index, value) on the device for each, positions in ascending index order.
  * Stream-ordered on exec.stream(); no host synchronization. `marks(name)` is called on the host
- * after each kernel's launch ("init", "histogram", "compact", "histogram", ..., "emit"): a
+ * after each kernel's launch ("init", "histogram", "compact", "histogram", ..., "emit"; from the
+ * sample: "init", "sample", "compact_sampled", "histogram", "compact", "histogram_sampled", ...): a
  * benchmark records an event there to time each kernel.
  */
 template <topk_counting Counting = topk_default_counting, class T, class Sink, class Marks = no_phase_marks>
@@ -550,7 +567,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   const bool sampled = n >= sample_from && m >= 1024 && topk_sample_rank(n, k, m) * (n / m) <= l.capacity / 2;
   const auto histogram = [&](radix_digit d, topk_pass pass) {
     launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, d, hist, pass);
-    marks("histogram");
+    marks(pass == topk_pass::sampled ? "histogram_sampled" : "histogram");
   };
   if (sampled) {
     launch(topk_sample_kernel<T, Key>, 1, cuda_topk_select_threads, 0, stream, x.data(), n, m, topk_sample_rank(n, k, m),
@@ -558,7 +575,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
     marks("sample");
     launch(topk_compact_kernel<T, Key, Counting, true>, grid, threads, 0, stream, x.data(), n, list, state, digits[0],
            hist, words + 3 * topk_tiles(n));
-    marks("compact");
+    marks("compact_sampled");
   }
   // Each counting pass ends with its last block's select (select_if_last): no launch between.
   histogram(digits[0], sampled ? topk_pass::radix : topk_pass::both);

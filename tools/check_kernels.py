@@ -14,19 +14,24 @@
    - registers allow at least 50 % occupancy (32 of an SM's 64 warps resident) at the kernel's
      __launch_bounds__ block size, for kernels of 64 threads or more, but for those listed in
      --occupancy-exceptions (same format; the reason says what is pending).
-3. 128-bit loads: each kernel whose mangled name contains a substring listed in --vector-loads
+2. 128-bit loads: each kernel whose mangled name contains a substring listed in --vector-loads
    (same format) has a 16-byte global load (ld.global[.nc].v4 of 32-bit words or .v2 of 64-bit
    ones) in its PTX, or in a device function it calls. Likewise each kernel listed in
    --vector-stores has a 16-byte global store (st.global.v4 / .v2 of 64-bit words), and each
    listed in --wide-stores one of at least 8 bytes (fp8 runs: st.global.u64 or wider).
-2. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
+3. Divisions: each kernel whose mangled name contains a substring listed in --divisions (lines of
+   "substrings  most  reason") has at most `most` floating-point divisions (div.rn, div.full or
+   div.approx) in its PTX and the device functions it calls. An IEEE division is a subroutine of
+   about ten instructions and a branch on the GPU; a bucket constant computed per value shows up
+   once per element of an unrolled run.
+4. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
    what a user's build gets) equals the PTX with --fmad=false. Where they differ, some a * b + c
    in device code was fused by the compiler's choice; such expressions must say which they want
    (fmaf, or __fmul_rn / __fadd_rn), or payloads differ from the host's (docs/architecture.md).
 
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
                         [--allow-spills FILE] [--allow-stack FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
-                        [--vector-stores FILE] [--wide-stores FILE] SOURCE.cu
+                        [--vector-stores FILE] [--wide-stores FILE] [--divisions FILE] SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
 import argparse
@@ -70,6 +75,29 @@ def has_access(functions, name, pattern, seen=None):
     seen.add(name)
     body = functions[name][2]
     return bool(pattern.search(body)) or any(has_access(functions, c, pattern, seen) for c in calls(body))
+
+
+DIVISION = re.compile(r"\bdiv\.(?:rn|full|approx)(?:\.ftz)?\.f(?:32|64)\b")
+
+
+def count_in_calls(functions, name, pattern, seen=None):
+    """Matches of pattern in function `name` and in each function it calls (transitively), each
+    function counted once."""
+    seen = set() if seen is None else seen
+    if name in seen or name not in functions:
+        return 0
+    seen.add(name)
+    body = functions[name][2]
+    return len(pattern.findall(body)) + sum(count_in_calls(functions, c, pattern, seen) for c in calls(body))
+
+
+def load_limits(path):
+    """[(pattern, most, reason)] from lines of "pattern  most  reason"."""
+    limits = []
+    for pattern, rest in load_allowed(path):
+        most, _, reason = rest.partition(" ")
+        limits.append((pattern, int(most), reason.strip()))
+    return limits
 
 
 def demangle(names):
@@ -223,6 +251,7 @@ def main():
     ap.add_argument("--vector-loads")
     ap.add_argument("--vector-stores")
     ap.add_argument("--wide-stores")
+    ap.add_argument("--divisions")
     ap.add_argument("--no-contraction-check", action="store_true")
     ap.add_argument("--namespace", default="gradzip::",
                     help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
@@ -262,6 +291,7 @@ def main():
         wide = [(VECTOR_LOAD, "16-byte global load", p, r) for p, r in load_allowed(args.vector_loads)]
         wide += [(VECTOR_STORE, "16-byte global store", p, r) for p, r in load_allowed(args.vector_stores)]
         wide += [(WIDE_STORE, "global store of 8 bytes or more", p, r) for p, r in load_allowed(args.wide_stores)]
+        division_limits = load_limits(args.divisions)
         rows = []
         for (sm, mangled), u in sorted(usage.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             arch = sm[3:]
@@ -288,6 +318,11 @@ def main():
             for pattern, what, p, reason in wide:
                 if matches(p, mangled) and not has_access(ptx[arch], mangled, pattern):
                     problems.append(f"{sm} {pretty}: no {what} ({reason})")
+            for p, most, reason in division_limits:
+                divisions = count_in_calls(ptx[arch], mangled, DIVISION)
+                if matches(p, mangled) and divisions > most:
+                    problems.append(f"{sm} {pretty}: {divisions} floating-point divisions in the PTX, at most {most} "
+                                    f"({reason})")
             rows.append((sm, u["regs"], threads, occupancy, u["smem"], u["stack"], u["spill_stores"], pretty))
 
         if not args.no_contraction_check:
@@ -334,7 +369,7 @@ def main():
         return 1
     print("\nall kernels fit their launch, nothing spills, no stack frames in multi-thread kernels (or excepted), "
           "occupancy >= 50 % (or excepted), "
-          "the listed kernels load (and store) 16 bytes, no implicit contraction")
+          "the listed kernels load (and store) 16 bytes and keep to their divisions, no implicit contraction")
     return 0
 
 

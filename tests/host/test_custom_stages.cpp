@@ -3,12 +3,14 @@
 // values stages.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../../examples/gaussian_k.hpp"
 #include "../../examples/log_scale4.hpp"
 #include "../../examples/stochastic_bf16.hpp"
 #include "common/helpers.hpp"
+#include "common/top_level_stage.hpp"
 #include "common/synthetic_gradient.hpp"
 
 using namespace gradzip;
@@ -51,6 +53,27 @@ TEST_CASE("a user's log-scale values stage keeps its bound and poisons non-finit
   std::vector<float> out(x.size(), 5.0f);
   CHECK_THROWS_AS(c.decompress(exec, span<const std::byte>(payload), span<float>(out)), format_error);
   CHECK(out == std::vector<float>(x.size(), 5.0f));
+}
+
+TEST_CASE("a stage's encoder, where it declares one, is what the host encodes a bucket with", "[extending]") {
+  static_assert(quantize::has_encoder<quantize::uniform<4>>::value && quantize::has_encoder<quantize::qsgd<7>>::value);
+  static_assert(!quantize::has_encoder<example::log_scale4>::value && !quantize::has_encoder<quantize::terngrad<>>::value);
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(1000, 5);
+  // uniform's own encode, then the stage whose encoder codes every value as L: each value
+  // decodes to its bucket's lo + L step, whatever encode would have said.
+  const auto plain = round_trip(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec, x);
+  const auto top = round_trip(codec<sparsify::none, gradzip_test::top_level_uniform, encode::none>{}, exec, x);
+  for (std::size_t b = 0; b < x.size(); b += 512) {
+    const std::size_t end = std::min(x.size(), b + 512);
+    const auto [lo, hi] = std::minmax_element(x.begin() + static_cast<std::ptrdiff_t>(b), x.begin() + static_cast<std::ptrdiff_t>(end));
+    const auto r = quantize::uniform<4>::make_record(*lo, *hi, true);
+    for (std::size_t i = b; i < end; ++i) {
+      INFO("element " << i);
+      REQUIRE(top[i] == quantize::uniform<4>::decode(15, r));
+    }
+    CHECK(std::count(plain.begin() + static_cast<std::ptrdiff_t>(b), plain.begin() + static_cast<std::ptrdiff_t>(end), top[b]) < 64);
+  }
 }
 
 TEST_CASE("a user's Gaussian-k structure stage keeps exactly |x| >= tau, NaN included", "[extending]") {

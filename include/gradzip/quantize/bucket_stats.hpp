@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "gradzip/core/element_type.hpp"
 #include "gradzip/core/error.hpp"
@@ -61,9 +62,10 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
 }
 
 /// x / d for the values x of one bucket, as x·(c / d) with c / d the same for the whole bucket
-/// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor; the executors encode a
-/// bucket's values with one record, so the compilers compute it once per run or loop). On a GPU
-/// an IEEE division is a subroutine of about ten instructions and a branch per value; this is two
+/// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor). The stage computes it in
+/// its `encoder` (`bucket_encoder` below), once per bucket: left for the compiler to hoist out of
+/// each value's `encode`, nvcc repeated `div_rn`'s division for every value. On a GPU an IEEE
+/// division is a subroutine of about ten instructions and a branch per value; this is two
 /// multiplications. c / d itself is `div_rn`, correctly rounded on the device under nvcc's
 /// --use_fast_math too (host flags such as -ffast-math are the user's to avoid). The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
@@ -85,6 +87,39 @@ struct bucket_ratio {
   GRADZIP_HOST_DEVICE float scaled(float x) const { return x * pre; }
   GRADZIP_HOST_DEVICE float operator()(float x) const { return scaled(x) * factor; }
 };
+
+template <class Values>
+using encoder_t = decltype(std::declval<const Values&>().encoder(std::declval<const typename Values::record&>()));
+template <class Values, class = void>
+struct has_encoder : std::false_type {};
+template <class Values>
+struct has_encoder<Values, std::void_t<encoder_t<Values>>> : std::true_type {};
+
+/// A stage's `encode` with the bucket's record bound: `encode(v, r, random)` per value.
+template <class Values>
+struct record_encoder {
+  const Values* values;
+  typename Values::record record;
+  GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t random) const { return values->encode(v, record, random); }
+};
+
+/**
+ * What the executors encode a bucket's values with, made once per bucket: the stage's
+ * `encoder(record)` where it declares one, a callable `(float v, std::uint32_t random) ->
+ * unsigned` that holds the bucket's constants (uniform's 1 / step, QSGD's s / norm), otherwise
+ * `encode` with the record bound. A stage with an encoder defines `encode(v, r, random)` as
+ * `encoder(r)(v, random)`, so the two give the same codes. Computed here, a bucket constant is
+ * computed once whatever the compiler proves: nvcc does not hoist `div_rn` (`__fdiv_rn`) out of
+ * the encode of each value, and the GPU's encode loops then divided per value.
+ */
+template <class Values>
+GRADZIP_HOST_DEVICE auto bucket_encoder(const Values& values, const typename Values::record& r) {
+  if constexpr (has_encoder<Values>::value) {
+    return values.encoder(r);
+  } else {
+    return record_encoder<Values>{&values, r};
+  }
+}
 
 /// flag <- 1 when v is inf or NaN (a select, no branch).
 GRADZIP_HOST_DEVICE inline float non_finite_flag(float flag, float v) { return is_finite(v) ? flag : 1.0f; }

@@ -63,7 +63,8 @@ struct onebit : bucketed_stage<1, Bucket, onebit_record> {
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[3] != 0.0f) return {NAN, NAN};
     const float negatives = static_cast<float>(count) - s.v[1];
-    return {s.v[1] > 0.0f ? s.v[0] / s.v[1] : 0.0f, negatives > 0.0f ? s.v[2] / negatives : 0.0f};
+    return {s.v[1] > 0.0f ? gradzip::detail::div_rn(s.v[0], s.v[1]) : 0.0f,
+            negatives > 0.0f ? gradzip::detail::div_rn(s.v[2], negatives) : 0.0f};
   }
 
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint32_t) const {

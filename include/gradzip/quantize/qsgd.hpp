@@ -84,23 +84,38 @@ struct qsgd : bucketed_stage<1 + gradzip::detail::bit_width(Levels), Bucket, qsg
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
     if (s.v[1] != 0.0f || !is_finite(s.v[0])) return {NAN};
-    return {sqrtf(s.v[0])};
+    return {gradzip::detail::sqrt_rn(s.v[0])};
   }
 
+  /// A bucket's encoder (`bucket_encoder`): the factor s / norm, computed once.
+  struct encoder_type {
+    bucket_ratio levels_per_norm;  // s |v| / norm as a product
+    bool coded;                    // norm > 0: not a zero bucket or a poisoned one (NaN)
+
+    /// The code of value v (level << 1 | sign); `random` is the element's 16 random bits in the
+    /// top half of a word (`random_half_word`).
+    GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t random) const {
+      if (!coded) return 0;
+      const float u = uniform_float(random);
+      // s |v| / norm + u, >= 0: truncation floors
+      const float level = fmaf(levels_per_norm.scaled(fabsf(v)), levels_per_norm.factor, u);
+      // Through int (one vector instruction; float -> unsigned has none before AVX-512).
+      const int truncated = static_cast<int>(stat_min(level, static_cast<float>(Levels)));
+      const unsigned l = static_cast<unsigned>(truncated);
+      return (l << 1) | (v < 0.0f ? 1u : 0u);
+    }
+  };
+  GRADZIP_HOST_DEVICE encoder_type encoder(const record& r) const {
+    return {bucket_ratio::of(static_cast<float>(Levels), r.norm), r.norm > 0.0f};
+  }
+
+  /// The code of value v in a bucket with record r.
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
-    if (!(r.norm > 0.0f)) return 0;  // zero bucket, or poisoned (NaN)
-    const float u = uniform_float(random);
-    // s |v| / norm + u, the factor s / norm once per bucket (bucket_ratio); >= 0: truncation floors
-    const auto ratio = bucket_ratio::of(static_cast<float>(Levels), r.norm);
-    const float level = fmaf(ratio.scaled(fabsf(v)), ratio.factor, u);
-    // Through int (one vector instruction; float -> unsigned has none before AVX-512).
-    const int truncated = static_cast<int>(stat_min(level, static_cast<float>(Levels)));
-    const unsigned l = static_cast<unsigned>(truncated);
-    return (l << 1) | (v < 0.0f ? 1u : 0u);
+    return encoder(r)(v, random);
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {
-    const float magnitude = r.norm * static_cast<float>(code >> 1) / static_cast<float>(Levels);
+    const float magnitude = gradzip::detail::div_rn(r.norm * static_cast<float>(code >> 1), static_cast<float>(Levels));
     return (code & 1u) ? -magnitude : magnitude;
   }
 };

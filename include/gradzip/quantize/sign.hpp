@@ -54,7 +54,7 @@ struct sign : bucketed_stage<1, Bucket, sign_record> {
   }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[1] != 0.0f) return {NAN};
-    return {Scaled ? s.v[0] / static_cast<float>(count) : 1.0f};
+    return {Scaled ? gradzip::detail::div_rn(s.v[0], static_cast<float>(count)) : 1.0f};
   }
 
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint32_t) const {

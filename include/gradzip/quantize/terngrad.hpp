@@ -83,9 +83,9 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
     float scaler = s.v[0];
     if constexpr (Clip) {
       const float n = static_cast<float>(count);
-      const float mean = s.v[1] / n;
-      const float variance = fmaxf(0.0f, fmaf(-mean, mean, s.v[2] / n));  // explicit fma: no contraction choice left to the compiler
-      scaler = fminf(scaler, clip_sigmas * sqrtf(variance));
+      const float mean = gradzip::detail::div_rn(s.v[1], n);
+      const float variance = fmaxf(0.0f, fmaf(-mean, mean, gradzip::detail::div_rn(s.v[2], n)));  // explicit fma: no contraction choice left to the compiler
+      scaler = fminf(scaler, clip_sigmas * gradzip::detail::sqrt_rn(variance));
     }
     return {scaler};
   }

@@ -102,21 +102,35 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
     if (!finite || !is_finite(hi - lo)) return {NAN, NAN};
     lo = lo + 0.0f;  // -0 -> +0: min/max may return either zero, the record must not differ
     hi = hi + 0.0f;
-    return {lo, (hi - lo) / static_cast<float>(levels)};
+    return {lo, gradzip::detail::div_rn(hi - lo, static_cast<float>(levels))};
   }
 
-  /// The code of value v (element `index` of the tensor) in a bucket with record r.
-  /// The code of value v in a bucket with record r; `random` is the element's Philox word
-  /// (`random_word`), used by stochastic rounding only.
+  /// A bucket's encoder (`bucket_encoder`): its lo and 1 / step, computed once.
+  struct encoder_type {
+    float lo;
+    bucket_ratio inverse_step;  // (v - lo) / step as a product
+    bool coded;                 // step > 0: not a constant bucket (step 0) or a poisoned one (NaN)
+
+    /// The code of value v; `random` is the element's 16 random bits in the top half of a word
+    /// (`random_half_word`), read by stochastic rounding only.
+    GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t random) const {
+      if (!coded) return 0;
+      const float t = inverse_step(v - lo);  // (v - lo) / step, >= 0: v >= lo
+      const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
+      // Truncation below is floor (rounded >= 0). add_rn: the offset's scaling product (stochastic
+      // rounding) must not be fused into this sum.
+      const float rounded = gradzip::detail::add_rn(t, offset);
+      // Through int (one vector instruction; float -> unsigned has none before AVX-512).
+      return static_cast<unsigned>(static_cast<int>(stat_min(rounded, static_cast<float>(levels))));
+    }
+  };
+  GRADZIP_HOST_DEVICE encoder_type encoder(const record& r) const {
+    return {r.lo, bucket_ratio::of(1.0f, r.step), r.step > 0.0f};
+  }
+
+  /// The code of value v in a bucket with record r.
   GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
-    if (!(r.step > 0.0f)) return 0;  // constant bucket (step 0) or a poisoned one (NaN)
-    const float t = bucket_ratio::of(1.0f, r.step)(v - r.lo);  // (v - lo) / step, >= 0: v >= lo
-    const float offset = Rounding == rounding::stochastic ? uniform_float(random) : 0.5f;
-    // Truncation below is floor (rounded >= 0). add_rn: the offset's scaling product (stochastic
-    // rounding) must not be fused into this sum.
-    const float rounded = gradzip::detail::add_rn(t, offset);
-    // Through int (one vector instruction; float -> unsigned has none before AVX-512).
-    return static_cast<unsigned>(static_cast<int>(stat_min(rounded, static_cast<float>(levels))));
+    return encoder(r)(v, random);
   }
 
   GRADZIP_HOST_DEVICE static float decode(unsigned code, const record& r) {

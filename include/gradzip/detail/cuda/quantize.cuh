@@ -30,6 +30,7 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
                                const typename Values::record& record, std::uint32_t* codes,
                                quantize::compress_context ctx, unsigned lane) {
   constexpr unsigned run = encode_policy::items_per_thread;
+  const auto encoder = quantize::bucket_encoder(values, record);  // the bucket's constants, once
   for (std::uint64_t s = begin; s < end; s += 32 * run) {  // warp-uniform: every lane iterates alike
     const std::uint64_t first = s + run * lane;
     philox_words block{};
@@ -52,7 +53,6 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
         code[i] = static_cast<unsigned>(i) < valid ? encode(v[i], random) : 0u;
       }
     };
-    const auto general = [&](float value, std::uint32_t random) { return values.encode(value, record, random); };
     if constexpr (has_in_range_encode<Values>) {
       // The fast encode where the whole warp's step qualifies: a warp-uniform branch.
       const std::uint32_t floor = Values::in_range_floor(record);
@@ -62,10 +62,10 @@ __device__ void encode_blocked(const Values& values, const T* x, std::uint64_t b
       if (__all_sync(0xFFFFFFFFu, outside == 0)) {
         encode_run([&](float value, std::uint32_t random) { return values.encode_in_range(value, record, random); });
       } else {
-        encode_run(general);
+        encode_run(encoder);
       }
     } else {
-      encode_run(general);
+      encode_run(encoder);
     }
     const std::uint64_t group = s + 32 * (lane / 4);  // the group of 32 this lane's codes are in
     store_bit_planes<Values::bits>(code, codes, group / 32, group < end, lane);
@@ -78,11 +78,11 @@ template <class Values, class T, class IndexOf>
 __device__ void encode_strided(const Values& values, const T* x, std::uint64_t begin, std::uint64_t end,
                                const typename Values::record& record, std::uint32_t* codes, IndexOf index_of,
                                quantize::compress_context ctx, unsigned lane) {
+  const auto encoder = quantize::bucket_encoder(values, record);
   for (std::uint64_t g = begin; g < end; g += 32) {  // warp-uniform: every lane iterates alike
     const std::uint64_t j = g + lane;
     const unsigned code =
-        j < end ? values.encode(static_cast<float>(to_float(x[j])), record,
-                                quantize::element_random(values, index_of(j), ctx)) : 0u;
+        j < end ? encoder(static_cast<float>(to_float(x[j])), quantize::element_random(values, index_of(j), ctx)) : 0u;
     std::uint32_t* words = codes + (g / 32) * Values::bits;
     for (int bit = 0; bit < Values::bits; ++bit) {
       const std::uint32_t plane = __ballot_sync(0xFFFFFFFFu, (code >> bit) & 1u);

@@ -383,7 +383,7 @@ struct values_backend<host> {
           return;
         }
       }
-      encode_run([&](float v, std::uint32_t random) { return values.encode(v, record, random); });
+      encode_run(quantize::bucket_encoder(values, record));
     };
     if constexpr (Values::stochastic) {
       std::uint32_t random[block];

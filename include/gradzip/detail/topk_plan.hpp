@@ -58,17 +58,26 @@ struct radix_digit {
   int width;
 };
 
+/// The digit whose top bit is bit high - 1: 11 bits, or the `high` bits left below the others.
+GRADZIP_HOST_DEVICE inline radix_digit topk_digit_below(int high) {
+  const int w = topk_digit_bits < high ? topk_digit_bits : high;
+  return radix_digit{high - w, w};
+}
+
 /// The digits of the device select: 11 bits each from the top, as the host's, the last one
 /// narrower (31 = 11 + 11 + 9 for float keys, 63 = 5 x 11 + 8 for double). 2,048 bins fit a
 /// block's shared memory, so no pass needs global per-bin counters.
 GRADZIP_HOST_DEVICE inline int cuda_topk_digits(int key_bits, radix_digit* out) {
   int count = 0;
-  for (int high = key_bits; high > 0;) {
-    const int w = topk_digit_bits < high ? topk_digit_bits : high;
-    out[count++] = radix_digit{high - w, w};
-    high -= w;
-  }
+  for (int high = key_bits; high > 0; high = out[count - 1].shift) out[count++] = topk_digit_below(high);
   return count;
+}
+
+/// prefix and mask with bin `digit` of d appended: the digits chosen so far, and their bits.
+template <class Key>
+GRADZIP_HOST_DEVICE inline void append_digit(Key& prefix, Key& mask, radix_digit d, int digit) {
+  prefix |= static_cast<Key>(digit) << d.shift;
+  mask |= ((Key{1} << d.width) - 1) << d.shift;
 }
 
 /**
@@ -81,8 +90,7 @@ template <class Key>
 GRADZIP_HOST_DEVICE void narrow_state(cuda_topk_state<Key>* st, radix_digit d, int digit, std::uint64_t above,
                                       std::uint64_t in_bin) {
   st->rank -= above;
-  st->prefix |= static_cast<Key>(digit) << d.shift;
-  st->mask |= ((Key{1} << d.width) - 1) << d.shift;
+  append_digit(st->prefix, st->mask, d, digit);
   if (d.shift == 0) {
     st->threshold = st->prefix;
     st->ties_to_take = st->rank;

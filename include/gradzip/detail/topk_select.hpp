@@ -31,6 +31,14 @@ inline std::uint64_t topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uin
   return std::min<std::uint64_t>(m, static_cast<std::uint64_t>(mean + 4 * std::sqrt(mean) + 8) + 1);
 }
 
+/// Whether the one-read select from the strided sample may pay, on either executor: a sample of
+/// at least 1,024 keys (smaller inputs sit in the caches, where the radix path is cheap) and an
+/// expected list (`rank` samples of m stand for rank n / m keys) within half the `room` it is
+/// gathered into (a chunk's share of the list on the host, the whole list on the GPU).
+inline bool topk_one_read_fits(std::uint64_t n, std::uint64_t m, std::uint64_t rank, std::uint64_t room) {
+  return m >= 1024 && rank * (n / m) <= room / 2;
+}
+
 /**
  * Given a histogram of `bins` counts and the 1-based rank `rank` of the wanted element counted
  * from the largest, returns the bin that holds it and sets `above` to the number of elements in

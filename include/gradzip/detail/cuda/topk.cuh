@@ -301,9 +301,9 @@ void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint6
   __shared__ unsigned long long counts[topk_digit_bins];
   Key prefix = 0, mask = 0;
   // cuda_topk_digits' digits, one at a time (an array indexed by the level would be a stack frame)
-  for (int high = magnitude_key_bits<Key>; high > 0; high -= topk_digit_bits) {
-    const int width = high < topk_digit_bits ? high : topk_digit_bits;
-    const radix_digit d{high - width, width};
+  for (int high = magnitude_key_bits<Key>; high > 0;) {
+    const radix_digit d = topk_digit_below(high);
+    high = d.shift;
     zero_bins(bins);
     // Eight scattered loads in flight per thread before its atomics: one at a time, the 64 a
     // thread reads would wait 64 memory latencies per digit.
@@ -327,8 +327,7 @@ void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint6
     std::uint64_t above = 0, in_bin = 0;
     block_find_rank(counts, 1 << d.width, rank, bin, above, in_bin);
     rank -= above;
-    prefix |= static_cast<Key>(bin) << d.shift;
-    mask |= ((Key{1} << d.width) - 1) << d.shift;
+    append_digit(prefix, mask, d, bin);
   }
   if (threadIdx.x == 0) {
     st->bound = prefix;
@@ -563,15 +562,14 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   // The sampled select, where it may pay and its expected list leaves room (as the host's
   // one read); whether it held is known on the device only, so the radix passes over x are
   // launched after it either way and return at once when it did.
-  const std::uint64_t m = topk_sample_size(n);
-  const bool sampled = n >= sample_from && m >= 1024 && topk_sample_rank(n, k, m) * (n / m) <= l.capacity / 2;
+  const std::uint64_t m = topk_sample_size(n), rank = topk_sample_rank(n, k, m);
+  const bool sampled = n >= sample_from && topk_one_read_fits(n, m, rank, l.capacity);
   const auto histogram = [&](radix_digit d, topk_pass pass) {
     launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, d, hist, pass);
     marks(pass == topk_pass::sampled ? "histogram_sampled" : "histogram");
   };
   if (sampled) {
-    launch(topk_sample_kernel<T, Key>, 1, cuda_topk_select_threads, 0, stream, x.data(), n, m, topk_sample_rank(n, k, m),
-           state);
+    launch(topk_sample_kernel<T, Key>, 1, cuda_topk_select_threads, 0, stream, x.data(), n, m, rank, state);
     marks("sample");
     launch(topk_compact_kernel<T, Key, Counting, true>, grid, threads, 0, stream, x.data(), n, list, state, digits[0],
            hist, words + 3 * topk_tiles(n));

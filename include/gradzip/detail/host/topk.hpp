@@ -219,10 +219,9 @@ bool host_topk_one_read(host& exec, span<const T> x, std::uint64_t k, host_topk_
   using Key = key_type_t<T>;
   const std::size_t n = x.size();
   const std::size_t m = topk_sample_size(n);
-  if (m < 1024) return false;  // small inputs sit in the caches: the histogram path is cheap
   const std::uint64_t rank = topk_sample_rank(n, k, m);
   const std::size_t room = cap / chunks;
-  if (rank * (n / m) > room / 2) return false;  // the expected list would crowd a chunk's share
+  if (!topk_one_read_fits(n, m, rank, room)) return false;
   for (std::size_t j = 0; j < m; ++j) s.keys[j] = magnitude_key(x[j * n / m]);
   std::nth_element(s.keys, s.keys + (rank - 1), s.keys + m, std::greater<Key>());
   const Key bound = s.keys[rank - 1];

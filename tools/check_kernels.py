@@ -20,10 +20,11 @@
    --vector-stores has a 16-byte global store (st.global.v4 / .v2 of 64-bit words), and each
    listed in --wide-stores one of at least 8 bytes (fp8 runs: st.global.u64 or wider).
 3. Divisions: each kernel whose mangled name contains a substring listed in --divisions (lines of
-   "substrings  most  reason") has at most `most` floating-point divisions (div.rn, div.full or
-   div.approx) in its PTX and the device functions it calls. An IEEE division is a subroutine of
-   about ten instructions and a branch on the GPU; a bucket constant computed per value shows up
-   once per element of an unrolled run.
+   "substrings  most  reason") has at most `most` floating-point divisions and reciprocals (div.*,
+   rcp.rn and the directed roundings) in its PTX and the device functions it calls, each function
+   counted once (a division in a per-value helper that nvcc does not inline counts once). An IEEE
+   division is a subroutine of about ten instructions and a branch on the GPU; a bucket constant
+   computed per value shows up once per element of an unrolled run.
 4. No implicit floating-point contraction: the PTX nvcc writes with --fmad=true (its default, and
    what a user's build gets) equals the PTX with --fmad=false. Where they differ, some a * b + c
    in device code was fused by the compiler's choice; such expressions must say which they want
@@ -77,7 +78,8 @@ def has_access(functions, name, pattern, seen=None):
     return bool(pattern.search(body)) or any(has_access(functions, c, pattern, seen) for c in calls(body))
 
 
-DIVISION = re.compile(r"\bdiv\.(?:rn|full|approx)(?:\.ftz)?\.f(?:32|64)\b")
+# rcp.approx is left out: nvcc writes it for integer divisions (random-k's strata, n / k).
+DIVISION = re.compile(r"\b(?:div\.(?:rn|rz|rm|rp|full|approx)|rcp\.(?:rn|rz|rm|rp))(?:\.ftz)?\.f(?:32|64)\b")
 
 
 def count_in_calls(functions, name, pattern, seen=None):
@@ -319,8 +321,10 @@ def main():
                 if matches(p, mangled) and not has_access(ptx[arch], mangled, pattern):
                     problems.append(f"{sm} {pretty}: no {what} ({reason})")
             for p, most, reason in division_limits:
+                if not matches(p, mangled):
+                    continue
                 divisions = count_in_calls(ptx[arch], mangled, DIVISION)
-                if matches(p, mangled) and divisions > most:
+                if divisions > most:
                     problems.append(f"{sm} {pretty}: {divisions} floating-point divisions in the PTX, at most {most} "
                                     f"({reason})")
             rows.append((sm, u["regs"], threads, occupancy, u["smem"], u["stack"], u["spill_stores"], pretty))

@@ -1,6 +1,7 @@
-// A values stage whose encoder disagrees with its encode, on purpose: uniform 4-bit max-min with
-// an encoder (quantize::bucket_encoder) that codes every value as the top level L. Its payloads
-// show which of the two an executor called: the executors must encode through the encoder.
+// Values stages whose encoder and encode disagree, on purpose, so that payloads show which one an
+// executor called (quantize::bucket_encoder): uniform 4-bit max-min with an encoder of its own that
+// codes every value as the top level L (the encoder must be used), and one with its own encode
+// beside uniform's inherited encoder (the encode must be used).
 #pragma once
 
 #include "gradzip/quantize/uniform.hpp"
@@ -13,6 +14,16 @@ struct top_level_uniform : gradzip::quantize::uniform<4> {
     GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t) const { return v == v ? levels : 0u; }
   };
   GRADZIP_HOST_DEVICE encoder_type encoder(const record&) const { return {}; }
+  // Declared here too: an encoder counts only beside an encode of its own class.
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record& r, std::uint32_t random) const {
+    return uniform<4>::encode(v, r, random);
+  }
+};
+
+/// A user's stage derived from uniform that writes its own encode (every value at level 0) and
+/// inherits uniform's encoder: the executors must call the encode it wrote.
+struct bottom_level_uniform : gradzip::quantize::uniform<4> {
+  GRADZIP_HOST_DEVICE unsigned encode(float v, const record&, std::uint32_t) const { return v == v ? 0u : 1u; }
 };
 
 }  // namespace gradzip_test

@@ -1055,9 +1055,11 @@ TEST_CASE("cuda runs values stages written outside the library to the host's byt
     if (n > 200) g[200] = std::numeric_limits<float>::quiet_NaN();
     check_parity(g, dense_log4, dev);
     check_parity(g, topk_log4, dev);
-    // The executors encode through a stage's encoder (this one disagrees with its encode).
+    // The executors encode through a stage's encoder, unless it is inherited beside the stage's encode.
     check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::top_level_uniform, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::top_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
+    check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::bottom_level_uniform, gz::encode::none>{}, dev);
+    check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::bottom_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
     check_decode_parity(dense_log4, test::compress(dense_log4, host, g), n, dev);
     // A stochastic element-wise stage: each element's word keyed by (seed, step, tensor, index).
     for (const gz::quantize::compress_context ctx : {gz::quantize::compress_context{0, 0}, {9, 2}}) {

@@ -55,22 +55,28 @@ TEST_CASE("a user's log-scale values stage keeps its bound and poisons non-finit
   CHECK(out == std::vector<float>(x.size(), 5.0f));
 }
 
-TEST_CASE("a stage's encoder, where it declares one, is what the host encodes a bucket with", "[extending]") {
+TEST_CASE("a stage's encoder, where it declares one beside its encode, is what the host encodes a bucket with", "[extending]") {
   static_assert(quantize::has_encoder<quantize::uniform<4>>::value && quantize::has_encoder<quantize::qsgd<7>>::value);
   static_assert(!quantize::has_encoder<example::log_scale4>::value && !quantize::has_encoder<quantize::terngrad<>>::value);
+  static_assert(quantize::has_encoder<gradzip_test::top_level_uniform>::value);
+  static_assert(!quantize::has_encoder<gradzip_test::bottom_level_uniform>::value);  // an inherited encoder
   host exec;
   const auto x = gradzip_tools::synthetic_gradient<float>(1000, 5);
   // uniform's own encode, then the stage whose encoder codes every value as L: each value
   // decodes to its bucket's lo + L step, whatever encode would have said.
   const auto plain = round_trip(codec<sparsify::none, quantize::uniform<4>, encode::none>{}, exec, x);
   const auto top = round_trip(codec<sparsify::none, gradzip_test::top_level_uniform, encode::none>{}, exec, x);
-  for (std::size_t b = 0; b < x.size(); b += 512) {
-    const std::size_t end = std::min(x.size(), b + 512);
+  // And a derived stage's own encode (every value at level 0) over the encoder it inherits.
+  const auto bottom = round_trip(codec<sparsify::none, gradzip_test::bottom_level_uniform, encode::none>{}, exec, x);
+  constexpr std::size_t bucket = quantize::uniform<4>::bucket;
+  for (std::size_t b = 0; b < x.size(); b += bucket) {
+    const std::size_t end = std::min(x.size(), b + bucket);
     const auto [lo, hi] = std::minmax_element(x.begin() + static_cast<std::ptrdiff_t>(b), x.begin() + static_cast<std::ptrdiff_t>(end));
     const auto r = quantize::uniform<4>::make_record(*lo, *hi, true);
     for (std::size_t i = b; i < end; ++i) {
       INFO("element " << i);
       REQUIRE(top[i] == quantize::uniform<4>::decode(15, r));
+      REQUIRE(bottom[i] == quantize::uniform<4>::decode(0, r));
     }
     CHECK(std::count(plain.begin() + static_cast<std::ptrdiff_t>(b), plain.begin() + static_cast<std::ptrdiff_t>(end), top[b]) < 64);
   }

@@ -63,10 +63,9 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
 
 /// x / d for the values x of one bucket, as x·(c / d) with c / d the same for the whole bucket
 /// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor). The stage computes it in
-/// its `encoder` (`bucket_encoder` below), once per bucket: left for the compiler to hoist out of
-/// each value's `encode`, nvcc repeated `div_rn`'s division for every value. On a GPU an IEEE
-/// division is a subroutine of about ten instructions and a branch per value; this is two
-/// multiplications. c / d itself is `div_rn`, correctly rounded on the device under nvcc's
+/// its `encoder` (`bucket_encoder` below), once per bucket: nvcc does not hoist `div_rn` out of a
+/// per-value `encode`. On a GPU an IEEE division is a subroutine of about ten instructions and a
+/// branch per value; this is two multiplications. c / d itself is `div_rn`, correctly rounded on the device under nvcc's
 /// --use_fast_math too (host flags such as -ffast-math are the user's to avoid). The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
 /// from a division's (the format does not fix the division). Where c / d could overflow (d below
@@ -88,12 +87,22 @@ struct bucket_ratio {
   GRADZIP_HOST_DEVICE float operator()(float x) const { return scaled(x) * factor; }
 };
 
+/// The class that declares a const member function (the base's, for an inherited one).
+template <class C, class R, class... A>
+C declaring_class(R (C::*)(A...) const);
 template <class Values>
-using encoder_t = decltype(std::declval<const Values&>().encoder(std::declval<const typename Values::record&>()));
+using encoder_class_t = decltype(declaring_class(&Values::encoder));
+template <class Values>
+using encode_class_t = decltype(declaring_class(&Values::encode));
+
+/// Whether a stage has an encoder that speaks for its `encode`: both declared by the same class.
+/// A stage derived from uniform that writes its own `encode` inherits uniform's encoder, which
+/// would code its values as uniform's; it is encoded by its `encode` instead.
 template <class Values, class = void>
 struct has_encoder : std::false_type {};
 template <class Values>
-struct has_encoder<Values, std::void_t<encoder_t<Values>>> : std::true_type {};
+struct has_encoder<Values, std::void_t<encoder_class_t<Values>, encode_class_t<Values>>>
+    : std::is_same<encoder_class_t<Values>, encode_class_t<Values>> {};
 
 /// A stage's `encode` with the bucket's record bound: `encode(v, r, random)` per value.
 template <class Values>
@@ -104,13 +113,14 @@ struct record_encoder {
 };
 
 /**
- * What the executors encode a bucket's values with, made once per bucket: the stage's
- * `encoder(record)` where it declares one, a callable `(float v, std::uint32_t random) ->
- * unsigned` that holds the bucket's constants (uniform's 1 / step, QSGD's s / norm), otherwise
- * `encode` with the record bound. A stage with an encoder defines `encode(v, r, random)` as
- * `encoder(r)(v, random)`, so the two give the same codes. Computed here, a bucket constant is
- * computed once whatever the compiler proves: nvcc does not hoist `div_rn` (`__fdiv_rn`) out of
- * the encode of each value, and the GPU's encode loops then divided per value.
+ * What the executors encode a bucket's values with, made once per bucket (the GPU) or per block of
+ * 256 values (the host): the stage's `encoder(record)` where it has one (`has_encoder`), a
+ * callable `(float v, std::uint32_t random) -> unsigned` that holds the bucket's constants
+ * (uniform's 1 / step, QSGD's s / norm), otherwise `encode` with the record bound. A stage with
+ * an encoder defines `encode(v, r, random)` as `encoder(r)(v, random)`, so the two give the same
+ * codes. A bucket constant computed here is computed once, whatever the compiler proves (nvcc
+ * does not hoist a `div_rn` out of each value's encode). The GPU also makes one for the
+ * value-initialized record of a lane past the last bucket, and never calls it.
  */
 template <class Values>
 GRADZIP_HOST_DEVICE auto bucket_encoder(const Values& values, const typename Values::record& r) {

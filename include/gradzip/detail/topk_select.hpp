@@ -24,6 +24,14 @@ GRADZIP_HOST_DEVICE constexpr std::uint64_t topk_candidate_capacity(std::uint64_
 /// both executors.
 inline std::uint64_t topk_sample_size(std::uint64_t n) { return std::min<std::uint64_t>(n / 64, 16384); }
 
+/// Position j n / m of sample j (j < m <= 16,384), as j q + j r / m with q and r n's quotient and
+/// remainder by m: exact, with the division in 32 bits (j r < m^2 <= 2^28). On a GPU a 64-bit
+/// division is a subroutine of some 70 instructions.
+GRADZIP_HOST_DEVICE inline std::uint64_t topk_sample_position(std::uint64_t j, std::uint64_t q, std::uint32_t r,
+                                                              std::uint32_t m) {
+  return j * q + static_cast<std::uint32_t>(j) * r / m;
+}
+
 /// Samples of m whose key must lie at or above the bound: k's share of the sample, four
 /// standard deviations of a binomial count, and 8 more.
 inline std::uint64_t topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uint64_t m) {

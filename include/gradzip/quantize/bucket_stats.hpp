@@ -65,8 +65,9 @@ GRADZIP_HOST_DEVICE inline float select_float(bool pick, float a, float b) {
 /// (GRACE's QSGD multiplies by s / ‖v‖ likewise, one scalar per tensor). The stage computes it in
 /// its `encoder` (`bucket_encoder` below), once per bucket: nvcc does not hoist `div_rn` out of a
 /// per-value `encode`. On a GPU an IEEE division is a subroutine of about ten instructions and a
-/// branch per value; this is two multiplications. c / d itself is `div_rn`, correctly rounded on the device under nvcc's
-/// --use_fast_math too (host flags such as -ffast-math are the user's to avoid). The
+/// branch per value; this is two multiplications. c / d itself is `div_rn`, correctly rounded on
+/// the device under nvcc's --use_fast_math too (host flags such as -ffast-math are the user's to
+/// avoid). The
 /// quotient differs from x / d by at most a few ulps, so codes near a rounding boundary may differ
 /// from a division's (the format does not fix the division). Where c / d could overflow (d below
 /// 2^-100: subnormal buckets) x and d are both scaled by 2^100 first, exactly: x is at most about
@@ -109,7 +110,9 @@ template <class Values>
 struct record_encoder {
   const Values* values;
   typename Values::record record;
-  GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t random) const { return values->encode(v, record, random); }
+  GRADZIP_HOST_DEVICE unsigned operator()(float v, std::uint32_t random) const {
+    return values->encode(v, record, random);
+  }
 };
 
 /**

@@ -293,9 +293,7 @@ __device__ inline void abandon_sample(unsigned long long* hist, radix_digit coun
 template <class T, class Key>
 __global__ __launch_bounds__(cuda_topk_select_threads)
 void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint64_t rank, cuda_topk_state<Key>* st) {
-  // j n / m as j q + j r / m (q, r: n's quotient and remainder by m), exact, with the division
-  // in 32 bits: j r < m^2 <= 2^28. A 64-bit division is a subroutine of some 70 instructions.
-  const std::uint64_t q = n / m;
+  const std::uint64_t q = n / m;  // topk_sample_position's quotient and remainder, once
   const auto r = static_cast<std::uint32_t>(n % m), m32 = static_cast<std::uint32_t>(m);
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ unsigned long long counts[topk_digit_bins];
@@ -312,7 +310,7 @@ void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint6
 #pragma unroll
       for (unsigned u = 0; u < 8; ++u) {
         const std::uint64_t j = base + u * blockDim.x + threadIdx.x;
-        key[u] = j < m ? magnitude_key(x[j * q + static_cast<std::uint32_t>(j) * r / m32]) : Key{0};
+        key[u] = j < m ? magnitude_key(x[topk_sample_position(j, q, r, m32)]) : Key{0};
       }
 #pragma unroll
       for (unsigned u = 0; u < 8; ++u) {

@@ -222,7 +222,8 @@ bool host_topk_one_read(host& exec, span<const T> x, std::uint64_t k, host_topk_
   const std::uint64_t rank = topk_sample_rank(n, k, m);
   const std::size_t room = cap / chunks;
   if (!topk_one_read_fits(n, m, rank, room)) return false;
-  for (std::size_t j = 0; j < m; ++j) s.keys[j] = magnitude_key(x[j * n / m]);
+  const auto r = static_cast<std::uint32_t>(n % m), m32 = static_cast<std::uint32_t>(m);
+  for (std::size_t j = 0; j < m; ++j) s.keys[j] = magnitude_key(x[topk_sample_position(j, n / m, r, m32)]);
   std::nth_element(s.keys, s.keys + (rank - 1), s.keys + m, std::greater<Key>());
   const Key bound = s.keys[rank - 1];
   for_each_chunk(exec, chunks, [&](std::size_t c) {

@@ -165,8 +165,18 @@ float* upload_one_binade(std::size_t n) {
 }
 
 /// How the select starts: from the sample's bound where cuda_topk chooses it (from
-/// cuda_topk_sample_from elements), or always by the radix histogram of x (the A/B baseline).
-enum class topk_start { as_chosen, radix };
+/// cuda_topk_sample_from elements), always by the radix histogram of x (the A/B baseline), or
+/// from the sample at every size where it fits (what the threshold cuda_topk_sample_from is
+/// chosen from).
+enum class topk_start { as_chosen, radix, sampled };
+std::uint64_t sample_from(topk_start s) {
+  switch (s) {
+    case topk_start::radix: return ~std::uint64_t{0};
+    case topk_start::sampled: return 0;
+    case topk_start::as_chosen: return gz::detail::cuda_topk_sample_from;
+  }
+  return gz::detail::cuda_topk_sample_from;
+}
 
 template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic,
           topk_start Start = topk_start::as_chosen>
@@ -184,9 +194,8 @@ void BM_cuda_topk_phases(benchmark::State& state) {
   const auto run = [&] {
     timeline.restart();
     timeline.mark("start");
-    const std::uint64_t sample_from = Start == topk_start::radix ? ~std::uint64_t{0} : gz::detail::cuda_topk_sample_from;
     gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
-                                    [&](const char* name) { timeline.mark(name); }, sample_from);
+                                    [&](const char* name) { timeline.mark(name); }, sample_from(Start));
     timeline.wait();
   };
   run();  // warm-up
@@ -205,6 +214,30 @@ void BM_cuda_topk_phases(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
   state.counters["median_us"] = median * 1e6;
   state.counters["input_GBps"] = static_cast<double>(n * sizeof(float)) / median / 1e9;
+  cudaFree(values);
+  cudaFree(index);
+  cudaFree(x);
+}
+
+/// The whole select with the start forced (fp32, 1 %, per-element counting) and no events between
+/// its launches: the phases' events cost the sampled path's 8 launches more than the radix path's
+/// 5, and the threshold cuda_topk_sample_from is where these two cross (2^22 to 2^24).
+template <topk_start Start>
+void BM_cuda_topk_start(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
+  gz::cuda exec;
+  float* x = upload_gradient<float>(n);
+  std::uint64_t* index = nullptr;
+  float* values = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
+  GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
+  exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
+  time_events(state, exec.stream(), n * sizeof(float), [&] {
+    gz::detail::cuda_topk<gz::detail::topk_counting::per_element>(
+        exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values}, gz::detail::no_phase_marks{},
+        sample_from(Start));
+  });
   cudaFree(values);
   cudaFree(index);
   cudaFree(x);
@@ -259,6 +292,14 @@ BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::synthetic, topk_start::radix)
     ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::synthetic, topk_start::sampled)
+    ->Apply(device_axis)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::radix)
+    ->Arg(1 << 22)->Arg(3 << 21)->Arg(1 << 23)->Arg(3 << 22)->Arg(1 << 24)->Iterations(timed_runs)->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::sampled)
+    ->Arg(1 << 22)->Arg(3 << 21)->Arg(1 << 23)->Arg(3 << 22)->Arg(1 << 24)->Iterations(timed_runs)->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any, topk_input::one_binade)
     ->Arg(1 << 24)->Arg(1 << 28)->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::one_binade)

@@ -13,7 +13,8 @@
      --allow-stack (same format; the reason says why it is cheap or what is pending);
    - registers allow at least 50 % occupancy (32 of an SM's 64 warps resident) at the kernel's
      __launch_bounds__ block size, for kernels of 64 threads or more, but for those listed in
-     --occupancy-exceptions (same format; the reason says what is pending).
+     --occupancy-exceptions (same format; the reason says why occupancy does not decide the
+     kernel's time, or what is pending).
 2. 128-bit loads: each kernel whose mangled name contains a substring listed in --vector-loads
    (same format) has a 16-byte global load (ld.global[.nc].v4 of 32-bit words or .v2 of 64-bit
    ones) in its PTX, or in a device function it calls. Likewise each kernel listed in

@@ -21,7 +21,12 @@ def load(directory):
     for path in sorted(glob.glob(os.path.join(directory, "bench_*.json"))):
         if path.endswith("_repeat.json"):
             continue
-        for r in json.load(open(path))["benchmarks"]:
+        try:
+            benchmarks = json.load(open(path))["benchmarks"]
+        except (ValueError, KeyError) as e:  # a run cut off by its time limit leaves half a file
+            print(f"{path}: unreadable ({e}), left out", file=sys.stderr)
+            continue
+        for r in benchmarks:
             if "median_us" not in r:  # skipped or failed (no GPU, a timeout): nothing to show
                 continue
             runs[r["name"].split("/iterations")[0].replace("/manual_time", "")] = r
@@ -38,7 +43,7 @@ def table(runs, prefixes, sizes=(1 << 20, 1 << 24, 1 << 28)):
     for k in runs:
         base = k.rsplit("/", 1)[0]
         if (k.rsplit("/", 1)[-1].isdigit() and base.startswith(prefixes) and "_phases" not in base
-                and base not in names):
+                and "_start<" not in base and base not in names):
             names.append(base)
     head = "| benchmark | " + " | ".join(f"{size_label(n)} µs" for n in sizes)
     head += f" | {size_label(sizes[-1])} input GB/s | total IO GB/s | of copy |"
@@ -52,6 +57,19 @@ def table(runs, prefixes, sizes=(1 << 20, 1 << 24, 1 << 28)):
         io = last.get("total_IO_GBps")
         lines.append(f"| {name} | " + " | ".join(cells) +
                      f" | {last['input_GBps']:.0f} | {f'{io:.0f}' if io else '-'} | {last['roofline']:.2f} |")
+    return "\n".join(lines)
+
+
+def topk_start(runs):
+    """BM_cuda_topk_start: the whole select with its start forced, no events between launches."""
+    sizes = sorted({int(k.rsplit("/", 1)[-1]) for k in runs if k.startswith("BM_cuda_topk_start<")})
+    lines = ["| n | radix only µs | sampled always µs | sampled / radix |", "|---|---|---|---|"]
+    for n in sizes:
+        a = runs.get(f"BM_cuda_topk_start<topk_start::radix>/{n}")
+        b = runs.get(f"BM_cuda_topk_start<topk_start::sampled>/{n}")
+        if a and b:
+            lines.append(f"| {n:,} | {a['median_us']:.1f} | {b['median_us']:.1f} | "
+                         f"{b['median_us'] / a['median_us']:.3f} |")
     return "\n".join(lines)
 
 
@@ -82,7 +100,8 @@ def topk_phases(runs, sizes=(1 << 20, 1 << 24, 1 << 28)):
     lines = ["| counting | input | n | " + " | ".join(launches) + " | total µs |", "|" + "---|" * (len(launches) + 4)]
     for k, r in found:
         counting = re.search(r"topk_counting::(\w+)", k).group(1)
-        data = ("one binade" if "one_binade" in k else "synthetic") + (", radix only" if "topk_start::radix" in k else "")
+        start = ", radix only" if "topk_start::radix" in k else ", sampled always" if "topk_start::sampled" in k else ""
+        data = ("one binade" if "one_binade" in k else "synthetic") + start
         cells = [f"{r[f'{c}_us']:.1f}" if f"{c}_us" in r else "" for c in launches]
         lines.append(f"| {counting} | {data} | {size_label(int(k.rsplit('/', 1)[-1]))} | " + " | ".join(cells) +
                      f" | {r['median_us']:.1f} |")
@@ -121,11 +140,13 @@ def main():
     runs = load(directory)
     for title, prefixes in [("Quantizers: compress", ("cuda_compress",)),
                             ("Quantizers: decompress_add", ("cuda_decompress_add",)),
-                            ("Sparsifiers", ("BM_cuda_topk", "BM_cuda_sampled", "BM_cuda_threshold")),
+                            ("Sparsifiers", ("BM_cuda_topk", "BM_cub_device_topk", "BM_cuda_sampled",
+                                             "BM_cuda_threshold")),
                             ("Sketches, hashing, partition", ("BM_cuda_count", "BM_cuda_fetchsgd", "BM_cuda_simhash",
                                                               "BM_cuda_hashed", "BM_cuda_partition"))]:
         print(f"\n### {title}\n\n{table(runs, prefixes)}")
     print(f"\n### Exact top-k, kernel by kernel (1 %, fp32)\n\n{topk_phases(runs)}")
+    print(f"\n### Exact top-k by its start (1 %, fp32, no events between launches)\n\n{topk_start(runs)}")
     print(f"\n### Fusion groups\n\n{fusion(runs)}")
     print(f"\n### Zen sparse_sync, one step on one rank, 1 % nonzeros\n\n{sparse_sync(runs)}")
     print(f"\n### PyTorch beside gradzip\n\n{peers(directory, runs)}")

@@ -47,9 +47,10 @@ GRADZIP_HOST_DEVICE inline bool topk_pass_runs(const cuda_topk_state<Key>* st, t
 }
 
 /// Inputs from this size on start from a strided sample's bound (topk_sample_size): one read of
-/// x, the compaction's, instead of a histogram's and the compaction's. Near 2^22 the sample's
-/// one-block kernel and the launches that return at once cost about what the histogram's read
-/// saves (an H100's phases and a model, docs/performance.md; the path itself is not timed yet).
+/// x, the compaction's, instead of a histogram's and the compaction's. Below it the sample, its
+/// compaction and the radix launches that return at once cost more than the histogram's read
+/// saves: an H200 timed the whole select with the start forced either way (docs/performance.md,
+/// "Measured on an H200 (2026-11-27)"; `BM_cuda_topk_start`).
 inline constexpr std::uint64_t cuda_topk_sample_from = std::uint64_t{1} << 23;
 
 /// One radix digit: bits [shift, shift + width) of the key.

@@ -21,8 +21,13 @@ GRADZIP_HOST_DEVICE constexpr std::uint64_t topk_candidate_capacity(std::uint64_
 }
 
 /// Elements of the strided sample behind the one-read selects' bound (position j * n / m), on
-/// both executors.
-inline std::uint64_t topk_sample_size(std::uint64_t n) { return std::min<std::uint64_t>(n / 64, 16384); }
+/// both executors: n / 64, at most topk_sample_max.
+inline constexpr std::uint64_t topk_sample_max = 16384;
+static_assert(topk_sample_max <= (std::uint64_t{1} << 16), "topk_sample_position: j r < m^2 in 32 bits");
+/// The smallest sample a one-read select starts from (topk_one_read_fits): smaller inputs sit in
+/// the caches, where the radix path is cheap.
+inline constexpr std::uint64_t topk_sample_least = 1024;
+inline std::uint64_t topk_sample_size(std::uint64_t n) { return std::min<std::uint64_t>(n / 64, topk_sample_max); }
 
 /// Position j n / m of sample j (j < m <= 16,384), as j q + j r / m with q and r n's quotient and
 /// remainder by m: exact, with the division in 32 bits (j r < m^2 <= 2^28). On a GPU a 64-bit
@@ -40,11 +45,11 @@ inline std::uint64_t topk_sample_rank(std::uint64_t n, std::uint64_t k, std::uin
 }
 
 /// Whether the one-read select from the strided sample may pay, on either executor: a sample of
-/// at least 1,024 keys (smaller inputs sit in the caches, where the radix path is cheap) and an
-/// expected list (`rank` samples of m stand for rank n / m keys) within half the `room` it is
-/// gathered into (a chunk's share of the list on the host, the whole list on the GPU).
+/// at least topk_sample_least keys and an expected list (`rank` samples of m stand for rank n / m
+/// keys) within half the `room` it is gathered into (a chunk's share of the list on the host, the
+/// whole list on the GPU).
 inline bool topk_one_read_fits(std::uint64_t n, std::uint64_t m, std::uint64_t rank, std::uint64_t room) {
-  return m >= 1024 && rank * (n / m) <= room / 2;
+  return m >= topk_sample_least && rank * (n / m) <= room / 2;
 }
 
 /**

@@ -13,14 +13,16 @@
 //   4. the emit compacts the list (or x) once more: keys above T, and the first ties_to_take keys
 //      equal to T, each at its rank, so indices come out sorted and ties go to the lower index.
 // From cuda_topk_sample_from elements on, a strided sample's bound replaces step 1 (as the
-// host's one-read select): one block picks the key that k m / n + 4 sigma + 9 of the m sampled
-// keys reach, one compaction keeps the keys at or above it and counts their first digit, and the
-// later digits count the list. If the list misses some of the k largest or overflows, its last
-// block hands over to steps 1-2, launched after it either way, which otherwise return at once.
+// host's one-read select): the first launch gathers the m sampled keys, one block picks the key
+// that k m / n + 4 sigma + 9 of them reach, one compaction keeps the keys at or above it and
+// counts their first digit, and the later digits count the list. If the list misses some of the
+// k largest or overflows, its last block hands over to steps 1-2, launched after it either way,
+// which otherwise return at once.
 // The compactions are single passes with decoupled look-back (lookback.cuh). Every count is an
 // integer and every position a rank in index order, so the payload equals the host's byte for
 // byte. x is read twice (once when the sample holds; plus the list); a float's top-k is 5
-// launches (8 from the sample), the first zeroing 16 KB of bins and the tile words.
+// launches (8 from the sample), the first zeroing 16 KB of bins and the tile words (and
+// gathering the sample).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -138,18 +140,45 @@ __device__ inline void flush_bins(const unsigned* bins, unsigned long long* hist
   }
 }
 
+/// Sampled keys per thread of the sample's block: topk_sample_max over its threads.
+inline constexpr unsigned topk_sample_keys_per_thread = 64;
+inline constexpr std::uint64_t topk_sample_slots =
+    std::uint64_t{topk_sample_keys_per_thread} * cuda_topk_select_threads;
+static_assert(topk_sample_max <= topk_sample_slots, "topk_sample_kernel: every sample in a register of the block");
+
+/// The strided sample behind the sampled select: m keys at positions j * n / m of x, gathered by
+/// topk_init_kernel into keys[0 .. m), and zeros in keys[m .. topk_sample_slots) so that the
+/// sample kernel's loads need no bounds (m = 0: no sample).
+template <class T, class Key>
+struct topk_sample_gather {
+  const T* x;
+  std::uint64_t n, m;
+  Key* keys;
+};
+
 /// The state, and zeros over `words` u64 words (the bins and the tile words): one launch, not a
-/// kernel and a memset.
-template <class Key>
+/// kernel and a memset. It also gathers the sample, a key per thread (grid-stride): spread over
+/// the grid's SMs, the scattered reads take about one memory latency; from the sample kernel's
+/// one block they took 25 us on an H200 (one SM's outstanding misses are few).
+template <class T, class Key>
 __global__ __launch_bounds__(topk_policy::threads)
-void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k, std::uint64_t* zeros, std::uint64_t words) {
+void topk_init_kernel(cuda_topk_state<Key>* st, std::uint64_t k, std::uint64_t* zeros, std::uint64_t words,
+                      topk_sample_gather<T, Key> sample) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *st = cuda_topk_state<Key>{};
     st->rank = k;
     st->candidates = cuda_topk_no_list;
   }
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += stride) zeros[i] = 0;
+  const std::uint64_t first = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (sample.m != 0) {
+    const std::uint64_t q = sample.n / sample.m;
+    const auto r = static_cast<std::uint32_t>(sample.n % sample.m), m32 = static_cast<std::uint32_t>(sample.m);
+    for (std::uint64_t j = first; j < topk_sample_slots; j += stride) {
+      sample.keys[j] = j < sample.m ? magnitude_key(sample.x[topk_sample_position(j, q, r, m32)]) : Key{0};
+    }
+  }
+  for (std::uint64_t i = first; i < words; i += stride) zeros[i] = 0;
 }
 
 /**
@@ -284,39 +313,35 @@ __device__ inline void abandon_sample(unsigned long long* hist, radix_digit coun
 }
 
 /**
- * The sample's bound, in one block: the rank-th largest key of the m keys at positions j * n / m
- * (the host's one-read sample, topk_sample_size), by a radix select over those keys digit by digit
- * (each digit re-reads the m scattered elements, from L2 after the first). Sets st->bound and
- * st->sampled; the rank stays k and the prefix empty, so the sampled compaction counts the first
- * digit of every key it keeps.
+ * The sample's bound, in one block: the rank-th largest of the m keys topk_init_kernel gathered
+ * (positions j * n / m: the host's one-read sample, topk_sample_size), by a radix select over
+ * them digit by digit. Each thread reads its 64 keys (j = thread + 256 u: coalesced) once, every
+ * load issued before any is used, and keeps them in registers for all the digits. Sets st->bound
+ * and st->sampled; the rank stays k and the prefix empty, so the sampled compaction counts the
+ * first digit of every key it keeps.
  */
-template <class T, class Key>
+template <class Key>
 __global__ __launch_bounds__(cuda_topk_select_threads)
-void topk_sample_kernel(const T* x, std::uint64_t n, std::uint64_t m, std::uint64_t rank, cuda_topk_state<Key>* st) {
-  const std::uint64_t q = n / m;  // topk_sample_position's quotient and remainder, once
-  const auto r = static_cast<std::uint32_t>(n % m), m32 = static_cast<std::uint32_t>(m);
+void topk_sample_kernel(const Key* keys, std::uint64_t rank, cuda_topk_state<Key>* st) {
+  constexpr std::uint32_t step = cuda_topk_select_threads;
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ unsigned long long counts[topk_digit_bins];
+  // No bounds anywhere: behind a branch, each load waited for the one before. The slots past m
+  // hold key 0, the least, which only bin 0 counts: it is never above the chosen bin, so `above`
+  // and the rank-th largest (rank <= m, topk_sample_rank) are those of the m sampled keys.
+  Key key[topk_sample_keys_per_thread];
+#pragma unroll
+  for (unsigned u = 0; u < topk_sample_keys_per_thread; ++u) key[u] = keys[u * step + threadIdx.x];
   Key prefix = 0, mask = 0;
   // cuda_topk_digits' digits, one at a time (an array indexed by the level would be a stack frame)
   for (int high = magnitude_key_bits<Key>; high > 0;) {
     const radix_digit d = topk_digit_below(high);
     high = d.shift;
     zero_bins(bins);
-    // Eight scattered loads in flight per thread before its atomics: one at a time, the 64 a
-    // thread reads would wait 64 memory latencies per digit.
-    for (std::uint64_t base = 0; base < m; base += 8 * blockDim.x) {
-      Key key[8];
 #pragma unroll
-      for (unsigned u = 0; u < 8; ++u) {
-        const std::uint64_t j = base + u * blockDim.x + threadIdx.x;
-        key[u] = j < m ? magnitude_key(x[topk_sample_position(j, q, r, m32)]) : Key{0};
-      }
-#pragma unroll
-      for (unsigned u = 0; u < 8; ++u) {
-        const unsigned digit = digit_of(key[u], prefix, mask, d);
-        if (base + u * blockDim.x + threadIdx.x < m && digit != topk_no_digit) atomicAdd(&bins[digit], 1u);
-      }
+    for (unsigned u = 0; u < topk_sample_keys_per_thread; ++u) {
+      const unsigned digit = digit_of(key[u], prefix, mask, d);
+      if (digit != topk_no_digit) atomicAdd(&bins[digit], 1u);
     }
     __syncthreads();
     for (int b = threadIdx.x; b < (1 << d.width); b += blockDim.x) counts[b] = bins[b];
@@ -509,17 +534,23 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
 
 /// Byte offsets of the device top-k's scratch, each part 256-byte aligned: the state, the bins
 /// and the tile words (contiguous, so topk_init_kernel zeroes both; 1 count for the compaction,
-/// 2 for the emit, 1 for the sampled compaction), then the list's indices and values.
+/// 2 for the emit, 1 for the sampled compaction), the list's indices and values, then the
+/// sample's keys.
 template <class T>
 struct cuda_topk_layout {
   std::uint64_t capacity;  // list entries
-  std::size_t hist = 256, words, index, values, total;
+  std::size_t hist = 256, words, index, values, sample, total;
   explicit cuda_topk_layout(std::uint64_t n)
       : capacity(cuda_topk_list_capacity(n)),
         words(hist + topk_digit_bins * sizeof(unsigned long long)),
         index(scratch_aligned(words + 4 * topk_tiles(n) * sizeof(std::uint64_t))),
         values(scratch_aligned(index + capacity * sizeof(std::uint64_t))),
-        total(scratch_aligned(values + capacity * sizeof(T))) {}
+        sample(scratch_aligned(values + capacity * sizeof(T))),
+        total(scratch_aligned(sample + sample_slots(n) * sizeof(key_type_t<T>))) {}
+  /// The sample's keys, where a sample may be taken (topk_one_read_fits).
+  static std::uint64_t sample_slots(std::uint64_t n) {
+    return topk_sample_size(n) >= topk_sample_least ? topk_sample_slots : 0;
+  }
 };
 
 /// cuda_topk's default `marks`: nothing between the launches.
@@ -551,10 +582,6 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
                           l.capacity};
   const unsigned grid = grid_for_policy<topk_policy>(exec, n);
   const auto threads = topk_policy::threads;
-  const std::uint64_t zeros = (l.index - l.hist) / sizeof(std::uint64_t);  // the bins and the tile words
-  const auto zero_blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid, (zeros + threads - 1) / threads));
-  launch(topk_init_kernel<Key>, zero_blocks, threads, 0, stream, state, k, reinterpret_cast<std::uint64_t*>(hist), zeros);
-  marks("init");
   radix_digit digits[8];
   const int levels = cuda_topk_digits(magnitude_key_bits<Key>, digits);
   // The sampled select, where it may pay and its expected list leaves room (as the host's
@@ -562,12 +589,19 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   // launched after it either way and return at once when it did.
   const std::uint64_t m = topk_sample_size(n), rank = topk_sample_rank(n, k, m);
   const bool sampled = n >= sample_from && topk_one_read_fits(n, m, rank, l.capacity);
+  auto* sample_keys = reinterpret_cast<Key*>(base + l.sample);
+  const std::uint64_t zeros = (l.index - l.hist) / sizeof(std::uint64_t);  // the bins and the tile words
+  const std::uint64_t init_work = std::max(zeros, sampled ? topk_sample_slots : 0);
+  const topk_sample_gather<T, Key> gather{x.data(), n, sampled ? m : 0, sample_keys};
+  launch(topk_init_kernel<T, Key>, std::min<std::uint64_t>(grid, (init_work + threads - 1) / threads), threads, 0,
+         stream, state, k, reinterpret_cast<std::uint64_t*>(hist), zeros, gather);
+  marks("init");
   const auto histogram = [&](radix_digit d, topk_pass pass) {
     launch(topk_histogram_kernel<T, Key, Counting>, grid, threads, 0, stream, x.data(), n, list, state, d, hist, pass);
     marks(pass == topk_pass::sampled ? "histogram_sampled" : "histogram");
   };
   if (sampled) {
-    launch(topk_sample_kernel<T, Key>, 1, cuda_topk_select_threads, 0, stream, x.data(), n, m, rank, state);
+    launch(topk_sample_kernel<Key>, 1, cuda_topk_select_threads, 0, stream, sample_keys, rank, state);
     marks("sample");
     launch(topk_compact_kernel<T, Key, Counting, true>, grid, threads, 0, stream, x.data(), n, list, state, digits[0],
            hist, words + 3 * topk_tiles(n));

@@ -178,31 +178,53 @@ std::uint64_t sample_from(topk_start s) {
   return gz::detail::cuda_topk_sample_from;
 }
 
+/// What a direct cuda_topk call over n fp32 values at 1 % needs: the input on the device, room for
+/// the k (index, value) pairs, and the executor's scratch reserved.
+struct topk_call {
+  std::size_t n, k;
+  gz::cuda exec;
+  float* x;
+  std::uint64_t* index = nullptr;
+  float* values = nullptr;
+  topk_call(std::size_t n_, topk_input input)
+      : n(n_), k(std::max<std::size_t>(1, n_ / 100)),
+        x(input == topk_input::synthetic ? upload_gradient<float>(n_) : upload_one_binade(n_)) {
+    GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
+    GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
+    exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
+  }
+  ~topk_call() {
+    cudaFree(values);
+    cudaFree(index);
+    cudaFree(x);
+  }
+  topk_call(const topk_call&) = delete;
+  topk_call& operator=(const topk_call&) = delete;
+  template <gz::detail::topk_counting Counting, class Marks>
+  void run(Marks marks, topk_start start) {
+    gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
+                                    marks, sample_from(start));
+  }
+};
+
 template <gz::detail::topk_counting Counting, topk_input Input = topk_input::synthetic,
           topk_start Start = topk_start::as_chosen>
 void BM_cuda_topk_phases(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
-  const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
-  gz::cuda exec;
-  float* x = Input == topk_input::synthetic ? upload_gradient<float>(n) : upload_one_binade(n);
-  std::uint64_t* index = nullptr;
-  float* values = nullptr;
-  GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
-  GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
-  exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
-  phase_timeline timeline(exec.stream());
+  topk_call call(static_cast<std::size_t>(state.range(0)), Input);
+  const std::size_t n = call.n;
+  phase_timeline timeline(call.exec.stream());
   const auto run = [&] {
     timeline.restart();
     timeline.mark("start");
-    gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
-                                    [&](const char* name) { timeline.mark(name); }, sample_from(Start));
+    call.run<Counting>([&](const char* name) { timeline.mark(name); }, Start);
     timeline.wait();
   };
   run();  // warm-up
   std::map<std::string, std::vector<double>> phases;
   std::vector<double> totals;
   for (auto _ : state) {
-    flush_l2(exec.stream());
+    flush_l2(call.exec.stream());
     run();
     const auto& names = timeline.names();
     for (std::size_t p = 1; p < names.size(); ++p) phases[names[p]].push_back(timeline.seconds(p - 1, p) * 1e6);
@@ -214,9 +236,6 @@ void BM_cuda_topk_phases(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
   state.counters["median_us"] = median * 1e6;
   state.counters["input_GBps"] = static_cast<double>(n * sizeof(float)) / median / 1e9;
-  cudaFree(values);
-  cudaFree(index);
-  cudaFree(x);
 }
 
 /// The whole select with the start forced (fp32, 1 %, per-element counting) and no events between
@@ -225,22 +244,9 @@ void BM_cuda_topk_phases(benchmark::State& state) {
 template <topk_start Start>
 void BM_cuda_topk_start(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
-  const std::size_t n = static_cast<std::size_t>(state.range(0)), k = std::max<std::size_t>(1, n / 100);
-  gz::cuda exec;
-  float* x = upload_gradient<float>(n);
-  std::uint64_t* index = nullptr;
-  float* values = nullptr;
-  GRADZIP_CUDA_TRY(cudaMalloc(&index, k * sizeof(std::uint64_t)));
-  GRADZIP_CUDA_TRY(cudaMalloc(&values, k * sizeof(float)));
-  exec.reserve(gz::codec<gz::sparsify::topk>{}.workspace_bytes<float>(exec, n));
-  time_events(state, exec.stream(), n * sizeof(float), [&] {
-    gz::detail::cuda_topk<gz::detail::topk_counting::per_element>(
-        exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values}, gz::detail::no_phase_marks{},
-        sample_from(Start));
-  });
-  cudaFree(values);
-  cudaFree(index);
-  cudaFree(x);
+  topk_call call(static_cast<std::size_t>(state.range(0)), topk_input::synthetic);
+  time_events(state, call.exec.stream(), call.n * sizeof(float),
+              [&] { call.run<gz::detail::topk_counting::per_element>(gz::detail::no_phase_marks{}, Start); });
 }
 
 #if defined(GRADZIP_BENCH_CUB_TOPK)

@@ -262,6 +262,7 @@ const char* describe(wait_kind k) {
     case wait_kind::syncthreads_or: return "__syncthreads_or";
     case wait_kind::syncthreads_and: return "__syncthreads_and";
     case wait_kind::collective: return "a CUB block collective";
+    case wait_kind::grid_sync: return "grid_sync";
     case wait_kind::syncwarp: return "__syncwarp";
     case wait_kind::shfl: return "__shfl_sync";
     case wait_kind::shfl_up: return "__shfl_up_sync";
@@ -617,15 +618,15 @@ void report_deadlock(block_run& b) {
 
 std::uint64_t launch_counter = 0;
 
-/// Runs one block: every thread a fiber, resumed until all have exited.
-void run_block(block_run& b, rng* order) {
+/// Prepares block b's fibers, on the stack pool's stacks [first_stack, first_stack + threads).
+void start_block(block_run& b, std::size_t first_stack) {
   const launch_record& l = *b.launch;
   auto& pool = stack_pool();
-  while (pool.size() < b.threads) pool.push_back(std::make_unique<fiber_stack>());
+  while (pool.size() < first_stack + b.threads) pool.push_back(std::make_unique<fiber_stack>());
   for (unsigned t = 0; t < b.threads; ++t) {
     fiber& f = b.fibers[t];
     f = fiber{};
-    f.stack = pool[t].get();
+    f.stack = pool[first_stack + t].get();
     thread_context& c = f.ctx;
     c.thread_idx = uint3{t % l.block.x, (t / l.block.x) % l.block.y, t / (l.block.x * l.block.y)};
     c.block_idx = b.block_idx;
@@ -636,6 +637,26 @@ void run_block(block_run& b, rng* order) {
     c.warp = t / 32;
     prepare(f);
   }
+}
+
+/// Whether every live thread of b waits at a grid_sync (and one does).
+bool parked_at_grid_sync(const block_run& b) {
+  bool any = false;
+  for (unsigned t = 0; t < b.threads; ++t) {
+    const fiber& f = b.fibers[t];
+    if (f.state == fiber_state::exited) continue;
+    if (f.state != fiber_state::waiting || f.ctx.kind != wait_kind::grid_sync) return false;
+    any = true;
+  }
+  return any;
+}
+
+/// How far advance_block took a block.
+enum class block_outcome { exited, parked, stopped };  // parked: at a grid_sync; stopped: it raised a fault
+
+/// Resumes b's threads until all have exited, every live one waits at a grid_sync, or it faults
+/// (a deadlock included).
+block_outcome advance_block(block_run& b, rng* order) {
   std::vector<unsigned> runnable;
   runnable.reserve(b.threads);
   sched.block = &b;
@@ -647,18 +668,58 @@ void run_block(block_run& b, rng* order) {
     if (order != nullptr) order->shuffle(runnable);
     for (unsigned t : runnable) {
       resume(b.fibers[t]);
-      if (b.faulted) return;
+      if (b.faulted) return block_outcome::stopped;
     }
     bool all_exited = true;
     for (unsigned t = 0; t < b.threads && all_exited; ++t) all_exited = b.fibers[t].state == fiber_state::exited;
-    if (all_exited) return;
+    if (all_exited) return block_outcome::exited;
     if (resolve_warp_ops(b)) continue;
-    if (b.faulted) return;
+    if (b.faulted) return block_outcome::stopped;
     if (resolve_block_wide(b)) continue;
-    if (b.faulted) return;
+    if (b.faulted) return block_outcome::stopped;
+    if (parked_at_grid_sync(b)) return block_outcome::parked;
     report_deadlock(b);
-    return;
+    return block_outcome::stopped;
   }
+}
+
+/// Every block of a cooperative launch waits at a grid_sync (or has exited): releases it, or
+/// raises the fault that keeps it from releasing. Every thread of the grid must arrive, as CUDA's
+/// grid barrier needs (an exited thread would hang it); strict: at one call site.
+bool release_grid_sync(std::vector<block_run>& blocks) {
+  const thread_context* first = nullptr;
+  for (auto& b : blocks) {
+    for (unsigned t = 0; t < b.threads && first == nullptr; ++t) {
+      if (b.fibers[t].state == fiber_state::waiting) first = &b.fibers[t].ctx;
+    }
+  }
+  for (auto& b : blocks) {
+    for (unsigned t = 0; t < b.threads; ++t) {
+      const fiber& f = b.fibers[t];
+      if (f.state == fiber_state::exited) {
+        b.raise(&f.ctx, "exited while other threads of the grid wait at " + where(*first) +
+                            ": a grid-wide barrier waits for every thread of the grid");
+        return false;
+      }
+      if (config().strict && !same_site(f.ctx, *first)) {
+        b.raise(&f.ctx, "divergent grid_sync: this thread waits at " + where(f.ctx) + ", another at " + where(*first));
+        return false;
+      }
+    }
+  }
+  for (auto& b : blocks) {
+    for (unsigned t = 0; t < b.threads; ++t) {
+      b.fibers[t].state = fiber_state::runnable;
+      b.fibers[t].ctx.kind = wait_kind::none;
+    }
+  }
+  return true;
+}
+
+/// Runs one block: every thread a fiber, resumed until all have exited.
+void run_block(block_run& b, rng* order) {
+  start_block(b, 0);
+  advance_block(b, order);  // grid_sync faults outside a cooperative launch, so it never parks
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,9 +927,70 @@ std::map<std::string, std::uint64_t>& launched() {
   return counts;
 }
 
+/// A cooperative launch: every block's fibers at once. In each round every block that has not
+/// exited runs until it parks at the grid_sync (blocks in a shuffled order under a seed), then the
+/// barrier releases them all. Each block has its own dynamic shared memory; static __shared__
+/// variables are one object, so what a block leaves there may be overwritten by the next block
+/// before the barrier (cooperative kernels keep nothing in them across a grid_sync).
+void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
+  const unsigned threads = l.block.x * l.block.y * l.block.z;
+  const std::uint64_t count = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
+  std::vector<fiber> fibers(count * threads);
+  std::vector<block_run> blocks(count);
+  std::vector<std::vector<unsigned char>> dynamic(count);
+  std::vector<rng> thread_rngs;
+  const std::uint64_t seed = config().shuffle_seed;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    block_run& b = blocks[i];
+    b.launch = &l;
+    b.name = kernel_name(l.kernel);
+    b.threads = threads;
+    b.fibers = fibers.data() + i * threads;
+    b.block_idx = uint3{static_cast<unsigned>(i % l.grid.x), static_cast<unsigned>((i / l.grid.x) % l.grid.y),
+                        static_cast<unsigned>(i / (static_cast<std::uint64_t>(l.grid.x) * l.grid.y))};
+    dynamic[i].assign(l.shared_bytes + 256, poison_byte);
+    thread_rngs.push_back(rng{(seed + 0x632BE59BD9B4E019ull) * (launch_id + 1) ^ (i * 0xD1B54A32D192ED03ull)});
+    start_block(b, i * threads);
+  }
+  std::vector<bool> exited(count, false);
+  rng block_rng{seed * 0x9E3779B97F4A7C15ull ^ launch_id};
+  for (;;) {
+    std::vector<std::uint64_t> order;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      if (!exited[i]) order.push_back(i);
+    }
+    if (order.empty()) return;
+    if (seed != 0) block_rng.shuffle(order);
+    for (std::uint64_t i : order) {
+      block_dynamic_shared = reinterpret_cast<unsigned char*>(
+          (reinterpret_cast<std::uintptr_t>(dynamic[i].data()) + 255) / 256 * 256);
+      const block_outcome o = advance_block(blocks[i], seed != 0 ? &thread_rngs[i] : nullptr);
+      block_dynamic_shared = nullptr;
+      if (o == block_outcome::stopped) {
+        report_fault(blocks[i].fault_message);
+        return;
+      }
+      exited[i] = o == block_outcome::exited;
+    }
+    if (std::find(exited.begin(), exited.end(), false) == exited.end()) return;
+    if (!release_grid_sync(blocks)) {
+      for (const auto& b : blocks) {
+        if (b.faulted) {
+          report_fault(b.fault_message);
+          return;
+        }
+      }
+    }
+  }
+}
+
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
   if (config().list_kernels) ++launched()[kernel_name(l.kernel)];
+  if (l.cooperative) {
+    run_cooperative(l, launch_id);
+    return;
+  }
   const unsigned threads = l.block.x * l.block.y * l.block.z;
   const std::uint64_t blocks = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
   std::vector<fiber> fibers(threads);
@@ -902,6 +1024,7 @@ void run_grid(const launch_record& l) {
   }
 }
 
+
 }  // namespace
 
 void* dynamic_shared() {
@@ -928,6 +1051,16 @@ void wait(wait_kind kind, unsigned mask, const char* file, int line) {
   f->ctx.line = line;
   f->state = fiber_state::waiting;
   yield_to_scheduler(*f, false);
+}
+
+void grid_sync(const char* file, int line) {
+  context();
+  if (!sched.block->launch->cooperative) {
+    fault(std::string("grid_sync at ") + file + ":" + std::to_string(line) +
+          " in an ordinary launch: only a cooperative launch keeps every block resident, so that a grid-wide "
+          "barrier can complete");
+  }
+  wait(wait_kind::grid_sync, 0, file, line);
 }
 
 void block_collective(const collective_call& call, const char* file, int line) {
@@ -957,6 +1090,15 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
   else if (threads > 1024) problem = "more than 1024 threads per block";
   else if (r.grid.x > config().max_grid_x || r.grid.y > 65535 || r.grid.z > 65535) problem = "a grid larger than the device's";
   else if (r.block.z > 64) problem = "blockDim.z above 64";
+  if (problem.empty() && r.cooperative &&
+      static_cast<std::uint64_t>(r.grid.x) * r.grid.y * r.grid.z >
+          static_cast<std::uint64_t>(config().sm_count) * static_cast<std::uint64_t>(config().blocks_per_sm)) {
+    std::ostringstream os;
+    os << "cooperative launch of " << kernel_name(r.kernel) << " with " << r.grid.x * r.grid.y * r.grid.z
+       << " blocks: more than the device holds at once (" << config().sm_count << " SMs x " << config().blocks_per_sm
+       << " blocks; cudaErrorCooperativeLaunchTooLarge)";
+    return complain(cudaErrorCooperativeLaunchTooLarge, os.str());
+  }
   if (!problem.empty()) {
     std::ostringstream os;
     os << "launch of " << kernel_name(r.kernel) << " with grid (" << r.grid.x << "," << r.grid.y << "," << r.grid.z
@@ -1030,6 +1172,8 @@ int parse_options(int argc, char** argv) {
       launched();
     } else if (a.rfind("--simt-max-grid=", 0) == 0) {
       config().max_grid_x = static_cast<unsigned>(value("--simt-max-grid="));
+    } else if (a.rfind("--simt-blocks-per-sm=", 0) == 0) {
+      config().blocks_per_sm = static_cast<int>(value("--simt-blocks-per-sm="));
     } else {
       argv[kept++] = argv[i];
     }
@@ -1207,6 +1351,23 @@ cudaError_t cudaDeviceSynchronize() {
   lock_t lock(runtime_mutex());
   flush_all();
   return take_pending();
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func, int block_size,
+                                                          std::size_t dynamic_shared_bytes) {
+  if (blocks == nullptr || func == nullptr || block_size <= 0 || block_size > 1024) {
+    return report(cudaErrorInvalidValue, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: a null pointer or a block size of " +
+                                             std::to_string(block_size));
+  }
+  (void)dynamic_shared_bytes;
+  *blocks = config().blocks_per_sm;  // the backend knows no registers: the configured answer for every kernel
+  return cudaSuccess;
+}
+
+// What cuda_runtime.h's template overload calls.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func, int block_size,
+                                                                   std::size_t dynamic_shared_bytes, unsigned int) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, func, block_size, dynamic_shared_bytes);
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {

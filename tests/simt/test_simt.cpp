@@ -195,6 +195,36 @@ __global__ void add_one_kernel(int* p, int n) {
   }
 }
 
+
+/// Each block publishes a value, waits at the grid barrier, then sums every block's value and
+/// its own dynamic shared word (which the barrier must keep).
+__global__ void grid_sum_kernel(unsigned* published, unsigned* sums) {
+  auto* mine = static_cast<unsigned*>(sim::dynamic_shared());
+  if (threadIdx.x == 0) {
+    published[blockIdx.x] = blockIdx.x + 1;
+    *mine = 1000 * (blockIdx.x + 1);
+  }
+  sim::grid_sync(__FILE__, __LINE__);
+  if (threadIdx.x == 0) {
+    unsigned total = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) total += published[b];
+    sums[blockIdx.x] = total + *mine;
+  }
+  sim::grid_sync(__FILE__, __LINE__);
+  if (threadIdx.x == 1) published[blockIdx.x] = sums[(blockIdx.x + 1) % gridDim.x];  // every block's sum is out
+}
+
+__global__ void grid_sync_after_exit_kernel(unsigned* out) {
+  if (blockIdx.x == 1 && threadIdx.x == 5) return;
+  sim::grid_sync(__FILE__, __LINE__);
+  out[blockIdx.x] = 1;
+}
+
+__global__ void grid_sync_uncooperative_kernel(unsigned* out) {
+  sim::grid_sync(__FILE__, __LINE__);
+  out[blockIdx.x] = 1;
+}
+
 }  // namespace simt_test
 
 using namespace simt_test;
@@ -311,6 +341,39 @@ TEST_CASE("simt: launch configurations CUDA rejects are rejected", "[simt]") {
   CHECK(sim::launch(add_one_kernel, dim3(9), dim3(32), 0, nullptr, out.data, 4) == cudaErrorInvalidConfiguration);
   cudaGetLastError();
   CHECK(out.get() == std::vector<int>(4, 0));  // nothing ran
+}
+
+TEST_CASE("simt: a cooperative launch's grid_sync waits for every block, and keeps each block's shared memory",
+          "[simt]") {
+  scoped_settings s;
+  for (const std::uint64_t seed : {0, 1, 2}) {
+    sim::config().shuffle_seed = seed;
+    INFO("seed " << seed);
+    device_array<unsigned> published(8), sums(8);
+    REQUIRE(sim::launch_cooperative(simt_test::grid_sum_kernel, dim3(8), dim3(64), 4, nullptr, published.data,
+                                    sums.data) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const auto got = sums.get();
+    for (unsigned b = 0; b < 8; ++b) CHECK(got[b] == 36 + 1000 * (b + 1));
+    const auto next = published.get();
+    for (unsigned b = 0; b < 8; ++b) CHECK(next[b] == got[(b + 1) % 8]);
+  }
+  sim::config().shuffle_seed = 0;
+  device_array<unsigned> out(8);
+  // More blocks than 4 SMs x 2 hold at once.
+  CHECK(sim::launch_cooperative(simt_test::grid_sync_uncooperative_kernel, dim3(9), dim3(32), 0, nullptr, out.data) ==
+        cudaErrorCooperativeLaunchTooLarge);
+  CHECK(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, simt_test::grid_sum_kernel, 64, 0) == cudaSuccess);
+  CHECK(per_sm == 2);
+  CHECK(run(simt_test::grid_sync_uncooperative_kernel, dim3(2), dim3(32), 0, out.data) == cudaErrorLaunchFailure);
+  CHECK(fault_says("in an ordinary launch"));
+  CHECK(sim::launch_cooperative(simt_test::grid_sync_after_exit_kernel, dim3(2), dim3(32), 0, nullptr, out.data) ==
+        cudaSuccess);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  CHECK(fault_says("exited while other threads of the grid wait at grid_sync"));
+  CHECK(out.get() == std::vector<unsigned>(8, 0));  // no block passed the barrier
 }
 
 TEST_CASE("simt: dynamic shared memory starts as poison", "[simt]") {

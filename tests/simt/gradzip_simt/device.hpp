@@ -18,7 +18,12 @@
  * - a warp operation completes when every lane its mask names waits at the same operation with
  *   the same mask; a mask that names an exited or missing lane, or lanes that never converge,
  *   is a fault that names the kernel, the block, the thread and the call sites;
- * - atomics are exact (blocks run one at a time, and a fiber yields only at a sync point).
+ * - atomics are exact (blocks run one at a time, and a fiber yields only at a sync point);
+ * - a cooperative launch (`launch_cooperative`) holds all its blocks at once: each runs until
+ *   every live thread of it waits at `grid_sync`, then the next (in a shuffled order under a
+ *   seed), and the barrier releases when every thread of the grid waits at it. Static
+ *   `__shared__` variables are one object for all blocks (below), so in a cooperative kernel
+ *   nothing may keep them across a grid sync; dynamic shared memory is the block's own.
  */
 #pragma once
 
@@ -56,6 +61,7 @@ enum class wait_kind : std::uint8_t {
   syncthreads_or,
   syncthreads_and,
   collective,  // a CUB block-wide collective (BlockScan, BlockReduce)
+  grid_sync,   // a cooperative launch's grid-wide barrier (detail::grid_sync)
   syncwarp,
   shfl,
   shfl_up,
@@ -142,6 +148,7 @@ struct launch_record {
   std::size_t shared_bytes;
   const void* kernel;
   std::function<void()> body;
+  bool cooperative = false;  // cudaLaunchCooperativeKernel: every block resident, grid_sync allowed
 };
 
 /// Validates the configuration (as cudaLaunchKernel does) and enqueues the launch on `stream`.
@@ -158,6 +165,24 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
                   [kernel, params] { std::apply(kernel, *params); }};
   return enqueue_launch(stream, std::move(r));
 }
+
+/// cudaLaunchCooperativeKernel(kernel, grid, block, args, shared_bytes, stream): as launch, but
+/// every block is resident at once, so that grid_sync may wait for all of them. A grid above
+/// what the device holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs) is
+/// cudaErrorCooperativeLaunchTooLarge.
+template <class... Params, class... Args>
+cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes,
+                               cudaStream_t stream, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch_cooperative: argument count differs from the kernel's");
+  auto params = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
+  launch_record r{grid, block, shared_bytes, reinterpret_cast<const void*>(kernel),
+                  [kernel, params] { std::apply(kernel, *params); }, true};
+  return enqueue_launch(stream, std::move(r));
+}
+
+/// cooperative_groups::this_grid().sync(): waits until every thread of the grid arrives (in a
+/// cooperative launch only), with the memory ordering of a fence.
+void grid_sync(const char* file, int line);
 
 // ---- warp operations ----
 
@@ -324,6 +349,11 @@ inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned x; std::memcpy(&x, &f, 4); return x; }
 template <class T>
 T __ldg(const T* p) { return *p; }
+template <class T>
+T __ldcg(const T* p) {  // cached in L2 only: here, a load whose address must be aligned as T
+  if (reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0) ::gradzip_simt::fault("__ldcg of a misaligned address");
+  return *p;
+}
 
 // ---- atomics ----
 #define GRADZIP_SIMT_ATOMIC(name, type, expr) \

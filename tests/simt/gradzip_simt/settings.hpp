@@ -18,6 +18,9 @@ struct settings {
   /// and the largest grid.x a launch may ask for.
   int sm_count = 4;
   unsigned max_grid_x = 0x7FFFFFFFu;
+  /// What cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for every kernel (the backend
+  /// knows no registers): with sm_count, the largest cooperative grid.
+  int blocks_per_sm = 2;
   /// A fault ends the launch with cudaErrorLaunchFailure (returned by the next synchronizing
   /// call, its message kept for take_fault) instead of aborting: for the backend's own tests.
   bool expect_faults = false;
@@ -32,7 +35,8 @@ settings& config();
 std::string take_fault();
 
 /// Applies and removes the --simt-* options of argv; returns the new argc. Options:
-///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-list-kernels
+///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-blocks-per-sm=N
+///   --simt-list-kernels
 int parse_options(int argc, char** argv);
 
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).

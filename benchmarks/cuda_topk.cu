@@ -164,18 +164,29 @@ float* upload_one_binade(std::size_t n) {
   return upload(h);
 }
 
-/// How the select starts: from the sample's bound where cuda_topk chooses it (from
-/// cuda_topk_sample_from elements), always by the radix histogram of x (the A/B baseline), or
-/// from the sample at every size where it fits (what the threshold cuda_topk_sample_from is
-/// chosen from).
-enum class topk_start { as_chosen, radix, sampled };
+/// How the select runs: as cuda_topk chooses (one launch up to cuda_topk_resident_max, the
+/// sample's bound from cuda_topk_sample_from elements); always by launches from the radix
+/// histogram of x (the A/B baseline); by launches from the sample at every size where it fits
+/// (what the threshold cuda_topk_sample_from is chosen from); or in one cooperative launch at
+/// every size whose grid fits the device (what cuda_topk_resident_max is chosen from).
+enum class topk_start { as_chosen, radix, sampled, resident };
 std::uint64_t sample_from(topk_start s) {
   switch (s) {
-    case topk_start::radix: return ~std::uint64_t{0};
+    case topk_start::radix:
+    case topk_start::resident: return ~std::uint64_t{0};
     case topk_start::sampled: return 0;
     case topk_start::as_chosen: return gz::detail::cuda_topk_sample_from;
   }
   return gz::detail::cuda_topk_sample_from;
+}
+std::uint64_t resident_up_to(topk_start s) {
+  switch (s) {
+    case topk_start::radix:
+    case topk_start::sampled: return 0;
+    case topk_start::resident: return ~std::uint64_t{0};
+    case topk_start::as_chosen: return gz::detail::cuda_topk_resident_max;
+  }
+  return gz::detail::cuda_topk_resident_max;
 }
 
 /// What a direct cuda_topk call over n fp32 values at 1 % needs: the input on the device, room for
@@ -203,7 +214,7 @@ struct topk_call {
   template <gz::detail::topk_counting Counting, class Marks>
   void run(Marks marks, topk_start start) {
     gz::detail::cuda_topk<Counting>(exec, gz::span<const float>(x, n), k, gradzip_tools::topk_pair_sink{index, values},
-                                    marks, sample_from(start));
+                                    marks, sample_from(start), resident_up_to(start));
   }
 };
 
@@ -241,12 +252,17 @@ void BM_cuda_topk_phases(benchmark::State& state) {
 /// The whole select with the start forced (fp32, 1 %, per-element counting) and no events between
 /// its launches: the phases' events cost the sampled path's 8 launches more than the radix path's
 /// 5, and the threshold cuda_topk_sample_from is where these two cross (2^22 to 2^24).
+/// Counter `launches`: how many the select took (1: the cooperative one ran; a forced resident
+/// select whose grid does not fit the device runs by launches).
 template <topk_start Start>
 void BM_cuda_topk_start(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   topk_call call(static_cast<std::size_t>(state.range(0)), topk_input::synthetic);
+  int launches = 0;
+  call.run<gz::detail::topk_counting::per_element>([&](const char*) { ++launches; }, Start);
   time_events(state, call.exec.stream(), call.n * sizeof(float),
               [&] { call.run<gz::detail::topk_counting::per_element>(gz::detail::no_phase_marks{}, Start); });
+  state.counters["launches"] = launches;
 }
 
 #if defined(GRADZIP_BENCH_CUB_TOPK)
@@ -306,6 +322,12 @@ BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::radix)
 BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::sampled)
     ->Arg(1 << 22)->Arg(3 << 21)->Arg(1 << 23)->Arg(3 << 22)->Arg(1 << 24)->Iterations(timed_runs)->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::radix)
+    ->Arg(1 << 14)->Arg(1 << 16)->Arg(1 << 18)->Arg(1 << 20)->Arg(3 << 19)->Arg(1 << 21)->Iterations(timed_runs)
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_cuda_topk_start, topk_start::resident)
+    ->Arg(1 << 14)->Arg(1 << 16)->Arg(1 << 18)->Arg(1 << 20)->Arg(3 << 19)->Arg(1 << 21)->Arg(3 << 20)->Arg(1 << 22)
+    ->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::match_any, topk_input::one_binade)
     ->Arg(1 << 24)->Arg(1 << 28)->Iterations(timed_runs)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(BM_cuda_topk_phases, gz::detail::topk_counting::per_element, topk_input::one_binade)

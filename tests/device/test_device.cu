@@ -249,14 +249,15 @@ namespace {
 template <gz::detail::topk_counting Counting, class T>
 std::vector<std::uint64_t> device_topk(const std::vector<T>& x, std::uint64_t k, gz::cuda& dev,
                                        std::vector<std::string>& marks,
-                                       std::uint64_t sample_from = gz::detail::cuda_topk_sample_from) {
+                                       std::uint64_t sample_from = gz::detail::cuda_topk_sample_from,
+                                       std::uint64_t resident_up_to = 0) {
   device_vector<T> dx(x);
   device_vector<std::uint64_t> index(k);
   device_vector<T> values(k);
   marks.clear();
   gz::detail::cuda_topk<Counting>(dev, gz::span<const T>(dx.data, x.size()), k,
                                   gradzip_tools::topk_pair_sink{index.data, values.data},
-                                  [&](const char* name) { marks.emplace_back(name); }, sample_from);
+                                  [&](const char* name) { marks.emplace_back(name); }, sample_from, resident_up_to);
   dev.check();
   const auto i = index.download();
   const auto v = values.download();
@@ -370,6 +371,62 @@ TEST_CASE("cuda topk starts from a sample's bound, and falls back when the sampl
     CHECK(device_topk<topk_counting::per_element>(y, 1500, dev, marks, from) == test::reference_topk(y, 1500));
     CHECK(last_topk_state<float>(dev).sampled == 0);
   }
+}
+
+namespace {
+
+/// The device top-k by the one-launch select where it fits (checked against the marks), and by
+/// the multi-launch one: both must give the host's selection.
+template <gz::detail::topk_counting Counting, class T>
+void check_resident_topk(const std::vector<T>& x, std::uint64_t k, gz::cuda& dev) {
+  INFO("n " << x.size() << ", k " << k << ", " << sizeof(T) << "-byte elements");
+  const auto want = test::reference_topk(x, k);
+  const std::uint64_t holds =
+      gz::detail::cuda_topk_resident_blocks<T, Counting, gradzip_tools::topk_pair_sink<T>>(dev);
+  const bool fits = x.size() <= holds * gz::detail::topk_resident_tile;
+  std::vector<std::string> marks;
+  CHECK(device_topk<Counting>(x, k, dev, marks, gz::detail::cuda_topk_sample_from, gz::detail::cuda_topk_resident_max) ==
+        want);
+  CHECK((marks == std::vector<std::string>{"resident"}) == fits);
+  CHECK(device_topk<Counting>(x, k, dev, marks) == want);
+  CHECK(marks.at(0) == "init");
+}
+
+}  // namespace
+
+TEST_CASE("cuda topk of a small input is one cooperative launch, with the multi-launch select's result", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  using gz::detail::topk_counting;
+  // A SIMT build holds 4 SMs x 2 blocks of 4,096 elements at once (--simt-max-grid=3: 3 blocks),
+  // so these sizes run resident there too; a GPU holds far more.
+  const auto g = gradzip_tools::synthetic_gradient<float>(20000, 11);
+  for (const std::uint64_t k : {1, 7, 200, 2000, 19999, 20000}) check_resident_topk<topk_counting::per_element>(g, k, dev);
+  check_resident_topk<topk_counting::match_any>(g, 200, dev);
+  check_resident_topk<topk_counting::per_element>(std::vector<float>(g.begin(), g.begin() + 7), 3, dev);  // one short run
+  check_resident_topk<topk_counting::per_element>(std::vector<float>(g.begin(), g.begin() + 4097), 40, dev);
+  check_resident_topk<topk_counting::per_element>(gradzip_tools::synthetic_gradient<double>(9001, 12), 90, dev);
+  check_resident_topk<topk_counting::per_element>(converted<__nv_bfloat16>(g), 300, dev);  // 16-bit keys: ties at T
+  check_resident_topk<topk_counting::per_element>(converted<__half>(g), 3000, dev);
+  // Ties at T in every block: the first ties_to_take go to the lowest indices, across blocks.
+  std::vector<float> ties(30000, 0.001f);
+  for (std::size_t i = 0; i < ties.size(); i += 17) ties[i] = -2.0f;
+  for (std::size_t i = 5; i < ties.size(); i += 19) ties[i] = 1.0f;
+  check_resident_topk<topk_counting::per_element>(ties, 5000, dev);
+  check_resident_topk<topk_counting::match_any>(ties, 5000, dev);
+  // Zeros only: the prefix stays 0 (no early stop), T = 0, the first k indices.
+  check_resident_topk<topk_counting::per_element>(std::vector<float>(12345, 0.0f), 10, dev);
+  // k = the keys of the first digit's chosen bin (4.0 to 4.4: one bin): T resolves at the first
+  // digit, and the later digits' passes do not run.
+  std::vector<float> stops(25000);
+  std::mt19937 rng(3);
+  for (auto& v : stops) v = 1e-3f * static_cast<float>(rng() % 1000 + 1);
+  for (std::size_t j = 0; j < 1000; ++j) stops[11 + 24 * j] = (j % 2 ? -1.0f : 1.0f) * (4.0f + 0.0004f * static_cast<float>(j));
+  check_resident_topk<topk_counting::per_element>(stops, 1000, dev);
+  check_resident_topk<topk_counting::per_element>(stops, 999, dev);
+  // Through the codec: the payload equals the host's.
+  check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
+  check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::qsgd<7>>{gz::sparsify::topk::ratio(0.05)}, dev);
 }
 
 TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {

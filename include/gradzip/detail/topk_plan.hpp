@@ -53,6 +53,11 @@ GRADZIP_HOST_DEVICE inline bool topk_pass_runs(const cuda_topk_state<Key>* st, t
 /// "Measured on an H200 (2026-11-27)"; `BM_cuda_topk_start`).
 inline constexpr std::uint64_t cuda_topk_sample_from = std::uint64_t{1} << 23;
 
+/// Inputs of at most this many elements take the one-launch select (`topk_resident_kernel`) when
+/// its grid, a block per 4,096 elements, fits the device at once. Not timed yet: 2^21 is where
+/// an H100 (132 SMs) can still hold that grid at 4 blocks per SM.
+inline constexpr std::uint64_t cuda_topk_resident_max = std::uint64_t{1} << 21;
+
 /// One radix digit: bits [shift, shift + width) of the key.
 struct radix_digit {
   int shift;

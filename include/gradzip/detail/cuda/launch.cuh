@@ -13,6 +13,11 @@
 
 #include "gradzip/core/error.hpp"
 
+#if !defined(GRADZIP_SIMT)
+#include <cooperative_groups.h>
+#include <tuple>
+#endif
+
 namespace gradzip::detail {
 
 /// A kernel family's launch parameters in one place, like CUB's `Policy` structs: the family's
@@ -50,6 +55,46 @@ void launch(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, s
 #endif
   GRADZIP_CUDA_TRY(cudaGetLastError());
 }
+
+/**
+ * A cooperative launch (cudaLaunchCooperativeKernel): every block of the grid is resident at
+ * once, so that the kernel may wait for all of them at grid_sync. `blocks` must not exceed what
+ * the device holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs); above it CUDA
+ * fails the launch with cudaErrorCooperativeLaunchTooLarge, thrown here as gradzip::cuda_error.
+ * In a SIMT build the backend holds every block's threads and releases grid_sync when all arrive.
+ */
+template <class... Params, class... Args>
+void launch_cooperative(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, std::size_t shared_bytes,
+                        cudaStream_t stream, Args&&... args) {
+  GRADZIP_EXPECTS(blocks <= max_grid_blocks, "launch_cooperative: ", blocks, " blocks exceed a CUDA grid (at most ",
+                  max_grid_blocks, ")");
+#if defined(GRADZIP_SIMT)
+  ::gradzip_simt::launch_cooperative(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), shared_bytes, stream,
+                                     std::forward<Args>(args)...);
+#else
+  // The runtime takes each argument's address, of the kernel's own parameter type.
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  std::apply(
+      [&](auto&... p) {
+        void* addresses[] = {static_cast<void*>(&p)..., nullptr};
+        GRADZIP_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
+                                                     dim3(static_cast<unsigned>(blocks)), dim3(threads), addresses,
+                                                     shared_bytes, stream));
+      },
+      params);
+#endif
+  GRADZIP_CUDA_TRY(cudaGetLastError());
+}
+
+/// The grid-wide barrier of a cooperative launch (cooperative_groups' grid.sync()): every thread
+/// of the grid arrives before any leaves, and memory written before it is visible after it.
+#if defined(GRADZIP_SIMT)
+inline void grid_sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::gradzip_simt::grid_sync(file, line);
+}
+#else
+__device__ inline void grid_sync() { cooperative_groups::this_grid().sync(); }
+#endif
 
 /// The block's dynamic shared memory (the launch's `shared_bytes`), 16-byte aligned.
 template <class T>

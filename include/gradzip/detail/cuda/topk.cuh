@@ -23,8 +23,12 @@
 // byte. x is read twice (once when the sample holds; plus the list); a float's top-k is 5
 // launches (8 from the sample), the first zeroing 16 KB of bins and the tile words (and
 // gathering the sample).
+// Up to cuda_topk_resident_max elements, when a block per 4,096 of them fits the device at once,
+// the same passes run in one cooperative launch instead (topk_resident_kernel): x is read once
+// into registers, and a grid_sync replaces each launch boundary.
 #pragma once
 
+#include <algorithm>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -532,21 +536,198 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
   }
 }
 
+/// The one-launch select's tile: two runs of 8 per thread (4,096 elements per block), held in
+/// registers from the first read to the emit.
+inline constexpr unsigned topk_resident_runs = 2;
+inline constexpr std::uint64_t topk_resident_tile = topk_resident_runs * topk_tile;
+GRADZIP_HOST_DEVICE inline std::uint64_t topk_resident_blocks_for(std::uint64_t n) {
+  return n == 0 ? 1 : (n + topk_resident_tile - 1) / topk_resident_tile;
+}
+/// The one-launch select's bins: a row of topk_digit_bins 32-bit counts per digit.
+template <class Key>
+inline constexpr int topk_resident_levels = (magnitude_key_bits<Key> + topk_digit_bits - 1) / topk_digit_bits;
+
+/**
+ * block_find_rank for the one-launch select, over 32-bit counts that a grid_sync made visible (so
+ * plain loads from L2, not volatile ones): thread t loads its 8 descending bins [8t, 8t + 8) with
+ * two 16-byte loads and parks them in the block's shared bins (free until the next digit's
+ * zero_bins), so the thread whose sum holds the rank finds the bin there, not by a second read
+ * of global memory. An H100 put 37 % of the kernel's warp samples in block_find_rank's 8 volatile
+ * 64-bit loads per thread and that second read (docs/performance.md).
+ */
+struct topk_found {
+  int bin;
+  std::uint64_t above, count;
+};
+/// `found` is the caller's shared memory: a static local here would carry CUB's arch-tagged
+/// namespace (ScanStorage) in its name, which then differs between one-arch and fat builds.
+template <class ScanStorage>
+__device__ inline void resident_find_rank(const unsigned* row, int bins, std::uint64_t rank, unsigned* shared_bins,
+                                          ScanStorage& scan, topk_found& found, int& bin, std::uint64_t& above,
+                                          std::uint64_t& in_bin) {
+  static_assert(topk_digit_bins <= 8 * cuda_topk_select_threads, "resident_find_rank: at most 8 bins per thread");
+  const int top = bins - 8 * static_cast<int>(threadIdx.x);  // this thread's bins are [top - 8, top)
+  std::uint64_t mine = 0, before = 0;
+  if (top >= 8) {  // bins is a power of two >= 8 (digits of 4 to 11 bits): whole groups of 8
+    const uint4 hi = __ldcg(reinterpret_cast<const uint4*>(row + top - 4));
+    const uint4 lo = __ldcg(reinterpret_cast<const uint4*>(row + top - 8));
+    reinterpret_cast<uint4*>(shared_bins + top - 4)[0] = hi;
+    reinterpret_cast<uint4*>(shared_bins + top - 8)[0] = lo;
+    mine = std::uint64_t{hi.x} + hi.y + hi.z + hi.w + lo.x + lo.y + lo.z + lo.w;
+  }
+  __syncthreads();  // the scan's storage, last used before the caller's grid_sync
+  cub::BlockScan<std::uint64_t, topk_policy::threads>(scan).ExclusiveSum(mine, before);
+  if (before < rank && before + mine >= rank) {  // exactly one thread holds the rank, in its own bins
+    std::uint64_t acc = before;
+#pragma unroll 1
+    for (int b = top - 1; b >= top - 8; --b) {
+      const unsigned c = shared_bins[b];
+      if (acc + c >= rank) {
+        found = topk_found{b, acc, c};
+        break;
+      }
+      acc += c;
+    }
+  }
+  __syncthreads();
+  bin = found.bin;
+  above = found.above;
+  in_bin = found.count;
+}
+
+/// flush_bins into 32-bit global counts (the one-launch select: n < 2^32).
+__device__ inline void flush_bins32(const unsigned* bins, unsigned* row) {
+  __syncthreads();
+  for (int b = threadIdx.x; b < topk_digit_bins; b += blockDim.x) {
+    if (bins[b] != 0) atomicAdd(row + b, bins[b]);
+  }
+}
+
+/// The field f (0 to 3) of four 16-bit counts packed in a u64.
+__device__ inline std::uint64_t count16(std::uint64_t packed, unsigned f) { return (packed >> (16 * f)) & 0xFFFFu; }
+
+/**
+ * The whole select of a small input in one cooperative launch (docs/performance.md): block b
+ * holds elements [4,096 b, 4,096 (b + 1)) in registers, two runs of 8 per thread, and every
+ * pass counts them there, with grid_sync between the passes instead of a launch:
+ *   0. load the runs, and zero every digit's row of `hist` (the grid's threads); grid_sync;
+ *   1. per digit: count the keys that match the prefix into the block's shared bins, add them to
+ *      the digit's row (flush_bins), grid_sync, and narrow the state in every block alike from
+ *      the row (block_find_rank, narrow_state), until T is resolved;
+ *   2. the emit: each block counts its keys above T and equal to T, publishes the two counts,
+ *      grid_sync, sums the counts of the blocks before it, and calls the sink for its keys at
+ *      their ranks in index order (ties to the lower index), as topk_emit_kernel does.
+ * Nothing stays in shared memory across a grid_sync: the state is in registers, the counts in
+ * global memory. The same integers as the multi-launch select, so the same payload.
+ */
+template <class T, class Key, topk_counting Counting, class Sink>
+__global__ __launch_bounds__(topk_policy::threads, topk_min_blocks_per_sm)
+void topk_resident_kernel(const T* x, std::uint64_t n, std::uint64_t k, unsigned* hist,
+                          unsigned long long* block_counts, Sink sink) {
+  constexpr unsigned runs = topk_resident_runs;
+  static_assert(runs == 2, "topk_resident_kernel: four 16-bit counts per thread (two runs, above and ties)");
+  using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
+  alignas(16) __shared__ unsigned bins[topk_digit_bins];  // resident_find_rank parks 16-byte groups here
+  __shared__ typename scan_t::TempStorage scan;
+  __shared__ topk_found found;
+  run_of_8 r[runs];
+  T v[runs][8] = {};
+#pragma unroll
+  for (unsigned j = 0; j < runs; ++j) {
+    r[j] = run_at((std::uint64_t{blockIdx.x} * runs + j) * topk_policy::threads + threadIdx.x, n);
+    load_run(x, r[j].first, r[j].valid, v[j]);
+  }
+  const std::uint64_t words = std::uint64_t{topk_resident_levels<Key>} * topk_digit_bins;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    hist[i] = 0;
+  }
+  grid_sync();
+  cuda_topk_state<Key> st{};  // every block's copy narrows alike
+  st.rank = k;
+  unsigned* row = hist;
+  for (int high = magnitude_key_bits<Key>; high > 0 && st.resolved == 0; row += topk_digit_bins) {
+    const radix_digit d = topk_digit_below(high);
+    high = d.shift;
+    zero_bins(bins);
+#pragma unroll
+    for (unsigned j = 0; j < runs; ++j) {
+#pragma unroll
+      for (unsigned e = 0; e < 8; ++e) {
+        add_digit<Counting>(bins, e < r[j].valid ? digit_of(magnitude_key(v[j][e]), st.prefix, st.mask, d) : topk_no_digit);
+      }
+    }
+    flush_bins32(bins, row);
+    grid_sync();
+    int bin = 0;
+    std::uint64_t above = 0, in_bin = 0;
+    resident_find_rank(row, 1 << d.width, st.rank, bins, scan, found, bin, above, in_bin);
+    narrow_state(&st, d, bin, above, in_bin);
+  }
+  unsigned over[runs] = {}, tie[runs] = {};
+#pragma unroll
+  for (unsigned j = 0; j < runs; ++j) {
+#pragma unroll
+    for (unsigned e = 0; e < 8; ++e) {
+      const Key key = magnitude_key(v[j][e]);
+      if (e < r[j].valid && key > st.threshold) over[j] |= 1u << e;
+      if (e < r[j].valid && key == st.threshold) tie[j] |= 1u << e;
+    }
+  }
+  // One scan of (run 1 above, run 1 ties, run 0 above, run 0 ties): at most 2,048 each per block.
+  std::uint64_t rank = 0, total = 0;
+  __syncthreads();  // the scan's storage, last used by the select
+  scan_t(scan).ExclusiveSum((std::uint64_t(__popc(over[1])) << 48) | (std::uint64_t(__popc(tie[1])) << 32) |
+                                (std::uint64_t(__popc(over[0])) << 16) | std::uint64_t(__popc(tie[0])),
+                            rank, total);
+  const std::uint64_t block_above = count16(total, 3) + count16(total, 1), block_ties = count16(total, 2) + count16(total, 0);
+  if (threadIdx.x == 0) block_counts[blockIdx.x] = (block_above << 32) | block_ties;
+  grid_sync();
+  std::uint64_t mine = 0, unused = 0, before = 0;  // (above << 32) | ties of the blocks before this one: n < 2^32
+  for (unsigned b = threadIdx.x; b < blockIdx.x; b += blockDim.x) mine += block_counts[b];
+  __syncthreads();  // the scan's storage, reused
+  scan_t(scan).ExclusiveSum(mine, unused, before);
+  const std::uint64_t take = st.ties_to_take;
+#pragma unroll
+  for (unsigned j = 0; j < runs; ++j) {
+    const std::uint64_t a0 = (before >> 32) + (j == 0 ? count16(rank, 1) : count16(total, 1) + count16(rank, 3));
+    const std::uint64_t t0 = (before & 0xFFFFFFFFu) + (j == 0 ? count16(rank, 0) : count16(total, 0) + count16(rank, 2));
+#pragma unroll 1
+    for (unsigned bits = over[j] | tie[j]; bits != 0; bits &= bits - 1) {
+      const unsigned e = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1), lower = (1u << e) - 1;
+      const std::uint64_t a = a0 + __popc(over[j] & lower), t = t0 + __popc(tie[j] & lower);
+      if ((over[j] >> e) & 1u) {
+        sink(a + (t < take ? t : take), r[j].first + e, pick(v[j], e));
+      } else if (t < take) {
+        sink(a + t, r[j].first + e, pick(v[j], e));
+      }
+    }
+  }
+}
+
 /// Byte offsets of the device top-k's scratch, each part 256-byte aligned: the state, the bins
 /// and the tile words (contiguous, so topk_init_kernel zeroes both; 1 count for the compaction,
 /// 2 for the emit, 1 for the sampled compaction), the list's indices and values, then the
-/// sample's keys.
+/// sample's keys. The one-launch select uses the same bytes otherwise: a row of bins per digit
+/// from `hist`, then a word per block (`block_counts`).
 template <class T>
 struct cuda_topk_layout {
   std::uint64_t capacity;  // list entries
-  std::size_t hist = 256, words, index, values, sample, total;
+  std::size_t hist = 256, words, index, values, sample, block_counts, total;
   explicit cuda_topk_layout(std::uint64_t n)
       : capacity(cuda_topk_list_capacity(n)),
         words(hist + topk_digit_bins * sizeof(unsigned long long)),
         index(scratch_aligned(words + 4 * topk_tiles(n) * sizeof(std::uint64_t))),
         values(scratch_aligned(index + capacity * sizeof(std::uint64_t))),
         sample(scratch_aligned(values + capacity * sizeof(T))),
-        total(scratch_aligned(sample + sample_slots(n) * sizeof(key_type_t<T>))) {}
+        block_counts(scratch_aligned(hist + std::size_t{topk_resident_levels<key_type_t<T>>} * topk_digit_bins *
+                                                sizeof(unsigned))),
+        total(std::max(scratch_aligned(sample + sample_slots(n) * sizeof(key_type_t<T>)),
+                       scratch_aligned(block_counts + resident_blocks(n) * sizeof(unsigned long long)))) {}
+  /// The one-launch select's blocks, where it may run (cuda_topk_resident_max).
+  static std::uint64_t resident_blocks(std::uint64_t n) {
+    return n <= cuda_topk_resident_max ? topk_resident_blocks_for(n) : 0;
+  }
   /// The sample's keys, where a sample may be taken (topk_one_read_fits).
   static std::uint64_t sample_slots(std::uint64_t n) {
     return topk_sample_size(n) >= topk_sample_least ? topk_sample_slots : 0;
@@ -558,23 +739,44 @@ struct no_phase_marks {
   void operator()(const char*) const {}
 };
 
+/// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its
+/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid.
+template <class T, topk_counting Counting, class Sink>
+std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
+  int per_sm = 0;
+  GRADZIP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, topk_resident_kernel<T, key_type_t<T>, Counting, Sink>, topk_policy::threads, 0));
+  const std::uint64_t blocks = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(exec.sm_count());
+  return std::min(blocks, static_cast<std::uint64_t>(exec.max_grid()));
+}
+
 /**
  * Selects the k largest-magnitude elements of device array x (ties to the lower index) and calls
  * sink(position, index, value) on the device for each, positions in ascending index order.
- * Stream-ordered on exec.stream(); no host synchronization. `marks(name)` is called on the host
- * after each kernel's launch ("init", "histogram", "compact", "histogram", ..., "emit"; from the
- * sample: "init", "sample", "compact_sampled", "histogram", "compact", "histogram_sampled", ...): a
- * benchmark records an event there to time each kernel.
+ * Stream-ordered on exec.stream(); no host synchronization. Up to `resident_up_to` elements
+ * (when the grid fits the device at once) it is one cooperative launch, topk_resident_kernel.
+ * `marks(name)` is called on the host after each kernel's launch ("resident"; or "init",
+ * "histogram", "compact", "histogram", ..., "emit"; from the sample: "init", "sample",
+ * "compact_sampled", "histogram", "compact", "histogram_sampled", ...): a benchmark records an
+ * event there to time each kernel.
  */
 template <topk_counting Counting = topk_default_counting, class T, class Sink, class Marks = no_phase_marks>
 void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, Marks marks = {},
-               std::uint64_t sample_from = cuda_topk_sample_from) {
+               std::uint64_t sample_from = cuda_topk_sample_from, std::uint64_t resident_up_to = cuda_topk_resident_max) {
   using Key = key_type_t<T>;
   const std::uint64_t n = x.size();
   if (k == 0 || n == 0) return;
   const cudaStream_t stream = exec.stream();
   const cuda_topk_layout<T> l(n);
   std::byte* base = exec.scratch(l.total);
+  const std::uint64_t resident = cuda_topk_layout<T>::resident_blocks(n);
+  if (n <= resident_up_to && resident != 0 && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec)) {
+    launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream, x.data(),
+                       n, k, reinterpret_cast<unsigned*>(base + l.hist),
+                       reinterpret_cast<unsigned long long*>(base + l.block_counts), sink);
+    marks("resident");
+    return;
+  }
   auto* state = reinterpret_cast<cuda_topk_state<Key>*>(base);
   auto* hist = reinterpret_cast<unsigned long long*>(base + l.hist);
   auto* words = reinterpret_cast<std::uint64_t*>(base + l.words);

@@ -23,6 +23,9 @@
 #include "common/topk_pairs.cuh"
 #include "device/device_helpers.cuh"
 #include "gradzip/gradzip.cuh"
+#if defined(GRADZIP_SIMT)
+#include "gradzip_simt/settings.hpp"
+#endif
 
 namespace gz = gradzip;
 
@@ -398,15 +401,16 @@ TEST_CASE("cuda topk of a small input is one cooperative launch, with the multi-
   REQUIRE_GPU();
   gz::cuda dev;
   using gz::detail::topk_counting;
-  // A SIMT build holds 4 SMs x 2 blocks of 4,096 elements at once (--simt-max-grid=3: 3 blocks),
-  // so these sizes run resident there too; a GPU holds far more.
+  // A SIMT build holds 4 SMs x 2 blocks of 4,096 elements at once, so these sizes run resident
+  // there too (under --simt-max-grid=3 only n <= 12,288 does; the larger ones take the launches,
+  // and `fits` expects that); a GPU holds far more.
   const auto g = gradzip_tools::synthetic_gradient<float>(20000, 11);
   for (const std::uint64_t k : {1, 7, 200, 2000, 19999, 20000}) check_resident_topk<topk_counting::per_element>(g, k, dev);
   check_resident_topk<topk_counting::match_any>(g, 200, dev);
   check_resident_topk<topk_counting::per_element>(std::vector<float>(g.begin(), g.begin() + 7), 3, dev);  // one short run
   check_resident_topk<topk_counting::per_element>(std::vector<float>(g.begin(), g.begin() + 4097), 40, dev);
   check_resident_topk<topk_counting::per_element>(gradzip_tools::synthetic_gradient<double>(9001, 12), 90, dev);
-  check_resident_topk<topk_counting::per_element>(converted<__nv_bfloat16>(g), 300, dev);  // 16-bit keys: ties at T
+  check_resident_topk<topk_counting::per_element>(converted<__nv_bfloat16>(g), 300, dev);  // 16-bit elements: ties at T
   check_resident_topk<topk_counting::per_element>(converted<__half>(g), 3000, dev);
   // Ties at T in every block: the first ties_to_take go to the lowest indices, across blocks.
   std::vector<float> ties(30000, 0.001f);
@@ -428,6 +432,31 @@ TEST_CASE("cuda topk of a small input is one cooperative launch, with the multi-
   check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
   check_parity(g, gz::codec<gz::sparsify::topk, gz::quantize::qsgd<7>>{gz::sparsify::topk::ratio(0.05)}, dev);
 }
+
+#if defined(GRADZIP_SIMT)
+// SIMT only: an MPS client's share of the SMs, which a GPU test cannot arrange.
+TEST_CASE("cuda topk falls back to launches when the device declines the cooperative one", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  struct share {  // fewer resident blocks than occupancy x SMs promise, restored afterwards
+    unsigned saved = gradzip_simt::config().max_cooperative_blocks;
+    share() { gradzip_simt::config().max_cooperative_blocks = 2; }
+    ~share() { gradzip_simt::config().max_cooperative_blocks = saved; }
+  } limited;
+  using gz::detail::topk_counting;
+  const auto g = gradzip_tools::synthetic_gradient<float>(20000, 13);  // 5 blocks: more than 2
+  std::vector<std::string> marks;
+  CHECK(device_topk<topk_counting::per_element>(g, 200, dev, marks, gz::detail::cuda_topk_sample_from,
+                                                gz::detail::cuda_topk_resident_max) == test::reference_topk(g, 200));
+  CHECK(marks.at(0) == "init");
+  CHECK(cudaGetLastError() == cudaSuccess);  // the declined launch leaves no error for the next check
+  check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
+  const std::vector<float> small(g.begin(), g.begin() + 8000);  // 2 blocks: resident still
+  CHECK(device_topk<topk_counting::per_element>(small, 80, dev, marks, gz::detail::cuda_topk_sample_from,
+                                                gz::detail::cuda_topk_resident_max) == test::reference_topk(small, 80));
+  CHECK(marks == std::vector<std::string>{"resident"});
+}
+#endif
 
 TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {
   REQUIRE_GPU();

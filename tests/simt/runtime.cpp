@@ -712,6 +712,7 @@ bool release_grid_sync(std::vector<block_run>& blocks) {
       b.fibers[t].state = fiber_state::runnable;
       b.fibers[t].ctx.kind = wait_kind::none;
     }
+    ++b.barrier_generation;  // a grid barrier is a block barrier too (CUB's TempStorage reuse rule)
   }
   return true;
 }
@@ -1090,13 +1091,13 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
   else if (threads > 1024) problem = "more than 1024 threads per block";
   else if (r.grid.x > config().max_grid_x || r.grid.y > 65535 || r.grid.z > 65535) problem = "a grid larger than the device's";
   else if (r.block.z > 64) problem = "blockDim.z above 64";
-  if (problem.empty() && r.cooperative &&
-      static_cast<std::uint64_t>(r.grid.x) * r.grid.y * r.grid.z >
-          static_cast<std::uint64_t>(config().sm_count) * static_cast<std::uint64_t>(config().blocks_per_sm)) {
+  const std::uint64_t resident = config().max_cooperative_blocks != 0
+                                     ? config().max_cooperative_blocks
+                                     : static_cast<std::uint64_t>(config().sm_count) * config().blocks_per_sm;
+  if (problem.empty() && r.cooperative && static_cast<std::uint64_t>(r.grid.x) * r.grid.y * r.grid.z > resident) {
     std::ostringstream os;
     os << "cooperative launch of " << kernel_name(r.kernel) << " with " << r.grid.x * r.grid.y * r.grid.z
-       << " blocks: more than the device holds at once (" << config().sm_count << " SMs x " << config().blocks_per_sm
-       << " blocks; cudaErrorCooperativeLaunchTooLarge)";
+       << " blocks: more than the device holds at once (" << resident << "; cudaErrorCooperativeLaunchTooLarge)";
     return complain(cudaErrorCooperativeLaunchTooLarge, os.str());
   }
   if (!problem.empty()) {
@@ -1174,6 +1175,8 @@ int parse_options(int argc, char** argv) {
       config().max_grid_x = static_cast<unsigned>(value("--simt-max-grid="));
     } else if (a.rfind("--simt-blocks-per-sm=", 0) == 0) {
       config().blocks_per_sm = static_cast<int>(value("--simt-blocks-per-sm="));
+    } else if (a.rfind("--simt-max-cooperative=", 0) == 0) {
+      config().max_cooperative_blocks = static_cast<unsigned>(value("--simt-max-cooperative="));
     } else {
       argv[kept++] = argv[i];
     }

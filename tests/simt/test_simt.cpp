@@ -195,7 +195,6 @@ __global__ void add_one_kernel(int* p, int n) {
   }
 }
 
-
 /// Each block publishes a value, waits at the grid barrier, then sums every block's value and
 /// its own dynamic shared word (which the barrier must keep).
 __global__ void grid_sum_kernel(unsigned* published, unsigned* sums) {
@@ -364,6 +363,11 @@ TEST_CASE("simt: a cooperative launch's grid_sync waits for every block, and kee
   CHECK(sim::launch_cooperative(simt_test::grid_sync_uncooperative_kernel, dim3(9), dim3(32), 0, nullptr, out.data) ==
         cudaErrorCooperativeLaunchTooLarge);
   CHECK(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
+  sim::config().max_cooperative_blocks = 3;  // an MPS client's share of the SMs
+  CHECK(sim::launch_cooperative(simt_test::grid_sync_uncooperative_kernel, dim3(4), dim3(32), 0, nullptr, out.data) ==
+        cudaErrorCooperativeLaunchTooLarge);
+  CHECK(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
+  sim::config().max_cooperative_blocks = 0;
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, simt_test::grid_sum_kernel, 64, 0) == cudaSuccess);
   CHECK(per_sm == 2);

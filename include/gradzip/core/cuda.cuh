@@ -62,10 +62,9 @@ class cuda {
     GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->first, 0, sizeof(wire::status), stream_));
     GRADZIP_CUDA_TRY(cudaMemsetAsync(&status_->pending, 0xFF, sizeof(status_->pending), stream_));
     GRADZIP_CUDA_TRY(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming));
-    int device = 0;
-    GRADZIP_CUDA_TRY(cudaGetDevice(&device));
-    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&max_grid_, cudaDevAttrMaxGridDimX, device));
+    GRADZIP_CUDA_TRY(cudaGetDevice(&device_));
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&max_grid_, cudaDevAttrMaxGridDimX, device_));
   }
   cuda(const cuda&) = delete;
   cuda& operator=(const cuda&) = delete;
@@ -85,6 +84,8 @@ class cuda {
 
   cudaStream_t stream() const noexcept { return stream_; }
   int sm_count() const noexcept { return sm_count_; }
+  /// The device current when the executor was made (its stream's).
+  int device() const noexcept { return device_; }
   /// The largest grid.x the device accepts.
   int max_grid() const noexcept { return max_grid_; }
 
@@ -155,6 +156,7 @@ class cuda {
     std::swap(capacity_, o.capacity_);
     std::swap(status_, o.status_);
     std::swap(sm_count_, o.sm_count_);
+    std::swap(device_, o.device_);
     std::swap(max_grid_, o.max_grid_);
     std::swap(order_, o.order_);
   }
@@ -165,6 +167,7 @@ class cuda {
   status_words* status_ = nullptr;
   cudaEvent_t order_ = nullptr;  // order_before / order_after
   int sm_count_ = 0;
+  int device_ = 0;
   int max_grid_ = 1;
 };
 

@@ -68,10 +68,14 @@ struct compressor {
     auto* base = reinterpret_cast<std::uint8_t*>(out.data());
     frame_params sp;
     if constexpr (Codec::implicit_indices) c.structure().write_params(sp.structure, ctx);
-    detail::payload_backend<Exec>::write_frame(exec, c, base, l, element_traits<T>::type, n, k, sp);
+    using structure_run = detail::structure_backend<Exec, Structure>;
+    // A select that writes the frame itself (CUDA exact top-k) saves the frame's own launch.
+    constexpr bool select_frames = !Codec::implicit_indices && !Codec::bucketed && writes_frame_v<structure_run>;
+    if constexpr (!select_frames) {
+      detail::payload_backend<Exec>::write_frame(exec, c, base, l, element_traits<T>::type, n, k, sp);
+    }
     std::uint8_t* indices = Codec::has_indices ? base + l.at(1).offset : nullptr;
     std::uint8_t* values = base + l.at(Codec::section_count - 1).offset;
-    using structure_run = detail::structure_backend<Exec, Structure>;
     if constexpr (Codec::implicit_indices && Codec::bucketed) {  // values into scratch, then buckets over them
       const std::size_t at = value_scratch_offset(0);
       auto* kept = reinterpret_cast<float*>(exec.scratch(at + k * sizeof(float)) + at);
@@ -84,7 +88,13 @@ struct compressor {
       detail::implicit_backend<Exec>::template select<Structure>(exec, sp, input, k, sink);
     } else if constexpr (!Codec::bucketed) {
       const payload_sink<T, Values, Indices> sink{indices, frame<Codec>::index_width(n), values, c.values(), ctx};
-      structure_run::select(exec, c.structure(), input, k, sink);
+      if constexpr (select_frames) {
+        const auto frame_write = detail::payload_backend<Exec>::frame_for(c, base, l, element_traits<T>::type, n, k, sp);
+        using framed = sink_with_prologue<payload_sink<T, Values, Indices>, std::remove_const_t<decltype(frame_write)>>;
+        structure_run::select(exec, c.structure(), input, k, framed{sink, frame_write});
+      } else {
+        structure_run::select(exec, c.structure(), input, k, sink);
+      }
     } else if constexpr (!Codec::has_indices) {  // dense: buckets straight from the input
       detail::values_backend<Exec>::encode_buckets(exec, c.values(), input.data(), k,
                                                    base + l.at(1).offset, values,

@@ -54,8 +54,9 @@ GRADZIP_HOST_DEVICE inline bool topk_pass_runs(const cuda_topk_state<Key>* st, t
 inline constexpr std::uint64_t cuda_topk_sample_from = std::uint64_t{1} << 23;
 
 /// Inputs of at most this many elements take the one-launch select (`topk_resident_kernel`) when
-/// its grid, a block per 4,096 elements, fits the device at once. Not timed yet: 2^21 is where
-/// an H100 (132 SMs) can still hold that grid at 4 blocks per SM.
+/// its grid, a block per 4,096 elements, fits the device at once: 2^21 is the most an H100 holds
+/// (132 SMs, 4 blocks each: 528), and there the one launch took 0.59x the five launches' time
+/// (docs/performance.md, "Measured on an H100 (2026-11-27, later)"). Larger devices: untimed.
 inline constexpr std::uint64_t cuda_topk_resident_max = std::uint64_t{1} << 21;
 
 /// One radix digit: bits [shift, shift + width) of the key.

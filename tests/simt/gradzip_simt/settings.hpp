@@ -21,6 +21,9 @@ struct settings {
   /// What cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for every kernel (the backend
   /// knows no registers): with sm_count, the largest cooperative grid.
   int blocks_per_sm = 2;
+  /// The most blocks a cooperative launch may have (0: sm_count x blocks_per_sm): fewer, as an MPS
+  /// client with an active-thread percentage sees, makes a launch the occupancy allows fail.
+  unsigned max_cooperative_blocks = 0;
   /// A fault ends the launch with cudaErrorLaunchFailure (returned by the next synchronizing
   /// call, its message kept for take_fault) instead of aborting: for the backend's own tests.
   bool expect_faults = false;
@@ -36,7 +39,7 @@ std::string take_fault();
 
 /// Applies and removes the --simt-* options of argv; returns the new argc. Options:
 ///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-blocks-per-sm=N
-///   --simt-list-kernels
+///   --simt-max-cooperative=N  --simt-list-kernels
 int parse_options(int argc, char** argv);
 
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).

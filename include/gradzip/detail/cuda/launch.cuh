@@ -58,32 +58,40 @@ void launch(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, s
 
 /**
  * A cooperative launch (cudaLaunchCooperativeKernel): every block of the grid is resident at
- * once, so that the kernel may wait for all of them at grid_sync. `blocks` must not exceed what
- * the device holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs); above it CUDA
- * fails the launch with cudaErrorCooperativeLaunchTooLarge, thrown here as gradzip::cuda_error.
+ * once, so that the kernel may wait for all of them at grid_sync. Returns false, launching
+ * nothing and leaving no error behind, when the device cannot hold the grid at once
+ * (cudaErrorCooperativeLaunchTooLarge: above cudaOccupancyMaxActiveBlocksPerMultiprocessor x
+ * SMs, or fewer SMs than the device has, as an MPS client with an active-thread percentage
+ * gets), so the caller can run another way; throws gradzip::cuda_error on any other failure.
  * In a SIMT build the backend holds every block's threads and releases grid_sync when all arrive.
  */
 template <class... Params, class... Args>
-void launch_cooperative(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, std::size_t shared_bytes,
-                        cudaStream_t stream, Args&&... args) {
+[[nodiscard]] bool launch_cooperative(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads,
+                                      std::size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   GRADZIP_EXPECTS(blocks <= max_grid_blocks, "launch_cooperative: ", blocks, " blocks exceed a CUDA grid (at most ",
                   max_grid_blocks, ")");
 #if defined(GRADZIP_SIMT)
-  ::gradzip_simt::launch_cooperative(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), shared_bytes, stream,
-                                     std::forward<Args>(args)...);
+  cudaError_t e = ::gradzip_simt::launch_cooperative(kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads),
+                                                     shared_bytes, stream, std::forward<Args>(args)...);
 #else
   // The runtime takes each argument's address, of the kernel's own parameter type.
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  cudaError_t e = cudaSuccess;
   std::apply(
       [&](auto&... p) {
         void* addresses[] = {static_cast<void*>(&p)..., nullptr};
-        GRADZIP_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
-                                                     dim3(static_cast<unsigned>(blocks)), dim3(threads), addresses,
-                                                     shared_bytes, stream));
+        e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(blocks)),
+                                        dim3(threads), addresses, shared_bytes, stream);
       },
       params);
 #endif
+  if (e == cudaErrorCooperativeLaunchTooLarge) {
+    (void)cudaGetLastError();  // not sticky: clear it, so the next launch's check does not see it
+    return false;
+  }
+  GRADZIP_CUDA_TRY(e);
   GRADZIP_CUDA_TRY(cudaGetLastError());
+  return true;
 }
 
 /// The grid-wide barrier of a cooperative launch (cooperative_groups' grid.sync()): every thread

@@ -19,11 +19,24 @@ namespace gradzip::detail {
 /// apply): one item per thread and grid-stride step. The dense apply has its own (below).
 using decode_policy = launch_policy<256, 1, 8>;
 
+/// The frame's write as a device task: write_frame_kernel's body, or the prologue a select kernel
+/// runs (sink_with_prologue) where its structure backend `writes_frame`.
+template <class Codec>
+struct frame_task {
+  std::uint8_t* out;
+  wire::payload_layout layout;
+  element_type type;
+  std::uint64_t n, k;
+  frame_params sp;
+  GRADZIP_HOST_DEVICE void operator()() const {
+    frame<Codec>::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
+  }
+};
+
 template <class Codec>
 __global__ __launch_bounds__(1)
-void write_frame_kernel(std::uint8_t* out, wire::payload_layout layout, element_type type,
-                        std::uint64_t n, std::uint64_t k, frame_params sp) {
-  frame<Codec>::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
+void write_frame_kernel(frame_task<Codec> task) {
+  task();
 }
 
 /// Records the first failure: only the thread that claims the empty word writes the numbers. For
@@ -450,11 +463,19 @@ struct payload_backend<cuda> {
   }
 
   template <class Codec>
-  static void write_frame(cuda& exec, const Codec&, std::uint8_t* out,
+  static void write_frame(cuda& exec, const Codec& c, std::uint8_t* out,
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
                           std::uint64_t k, const frame_params& sp) {
+    launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), frame_for(c, out, l, type, n, k, sp));
+  }
+
+  /// The frame's write for a select kernel to run (codec compress, where the structure backend
+  /// `writes_frame`): one launch fewer.
+  template <class Codec>
+  static frame_task<Codec> frame_for(const Codec&, std::uint8_t* out, const wire::payload_layout& l,
+                                     element_type type, std::uint64_t n, std::uint64_t k, const frame_params& sp) {
     require_aligned(out, "compress");
-    launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), out, l, type, n, k, sp);
+    return frame_task<Codec>{out, l, type, n, k, sp};
   }
 
   /// What check leaves for the decode's writes, in scratch: the parsed view and, for bitmap

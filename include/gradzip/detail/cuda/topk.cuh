@@ -29,6 +29,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -481,6 +482,22 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
   select_digit(hist, next, st);
 }
 
+/// A sink's prologue (sink_with_prologue: the payload's frame), by thread 0 of block 0: once per
+/// select, in its first kernel that takes the sink.
+template <class Sink>
+__device__ inline void run_prologue(const Sink& sink) {
+  if constexpr (has_prologue<Sink>) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) sink.prologue();
+  }
+}
+
+/// A select with nothing to select (k or n 0) still runs its sink's prologue.
+template <class Sink>
+__global__ __launch_bounds__(1)
+void topk_prologue_kernel(Sink sink) {
+  run_prologue(sink);
+}
+
 /**
  * Emits the selection from the list (or x): keys above T, then the first ties_to_take keys equal
  * to T, each at its rank in index order: (keys above T before it) + min(ties before it,
@@ -493,6 +510,7 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
                       std::uint64_t* status, Sink sink) {
   using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
   __shared__ topk_tile_storage s;
+  run_prologue(sink);
   const topk_source<T> src = source_of(x, n, list, st);
   const Key threshold = st->threshold;
   const std::uint64_t take = st->ties_to_take;
@@ -547,6 +565,11 @@ GRADZIP_HOST_DEVICE inline std::uint64_t topk_resident_blocks_for(std::uint64_t 
 template <class Key>
 inline constexpr int topk_resident_levels = (magnitude_key_bits<Key> + topk_digit_bits - 1) / topk_digit_bits;
 
+/// What resident_find_rank found, in the caller's shared memory: the bin, the keys above it, its count.
+struct topk_found {
+  int bin;
+  std::uint64_t above, count;
+};
 /**
  * block_find_rank for the one-launch select, over 32-bit counts that a grid_sync made visible (so
  * plain loads from L2, not volatile ones): thread t loads its 8 descending bins [8t, 8t + 8) with
@@ -554,21 +577,18 @@ inline constexpr int topk_resident_levels = (magnitude_key_bits<Key> + topk_digi
  * zero_bins), so the thread whose sum holds the rank finds the bin there, not by a second read
  * of global memory. An H100 put 37 % of the kernel's warp samples in block_find_rank's 8 volatile
  * 64-bit loads per thread and that second read (docs/performance.md).
+ *
+ * `found` is the caller's shared memory: a static local here would carry CUB's arch-tagged
+ * namespace (ScanStorage) in its name, which then differs between one-arch and fat builds.
  */
-struct topk_found {
-  int bin;
-  std::uint64_t above, count;
-};
-/// `found` is the caller's shared memory: a static local here would carry CUB's arch-tagged
-/// namespace (ScanStorage) in its name, which then differs between one-arch and fat builds.
 template <class ScanStorage>
 __device__ inline void resident_find_rank(const unsigned* row, int bins, std::uint64_t rank, unsigned* shared_bins,
                                           ScanStorage& scan, topk_found& found, int& bin, std::uint64_t& above,
                                           std::uint64_t& in_bin) {
-  static_assert(topk_digit_bins <= 8 * cuda_topk_select_threads, "resident_find_rank: at most 8 bins per thread");
+  static_assert(topk_digit_bins <= 8 * topk_policy::threads, "resident_find_rank: at most 8 bins per thread");
   const int top = bins - 8 * static_cast<int>(threadIdx.x);  // this thread's bins are [top - 8, top)
   std::uint64_t mine = 0, before = 0;
-  if (top >= 8) {  // bins is a power of two >= 8 (digits of 4 to 11 bits): whole groups of 8
+  if (top >= 8) {  // bins is a power of two >= 8 (digits of 8 to 11 bits; 3 at least): whole groups of 8
     const uint4 hi = __ldcg(reinterpret_cast<const uint4*>(row + top - 4));
     const uint4 lo = __ldcg(reinterpret_cast<const uint4*>(row + top - 8));
     reinterpret_cast<uint4*>(shared_bins + top - 4)[0] = hi;
@@ -612,8 +632,8 @@ __device__ inline std::uint64_t count16(std::uint64_t packed, unsigned f) { retu
  * pass counts them there, with grid_sync between the passes instead of a launch:
  *   0. load the runs, and zero every digit's row of `hist` (the grid's threads); grid_sync;
  *   1. per digit: count the keys that match the prefix into the block's shared bins, add them to
- *      the digit's row (flush_bins), grid_sync, and narrow the state in every block alike from
- *      the row (block_find_rank, narrow_state), until T is resolved;
+ *      the digit's row (flush_bins32), grid_sync, and narrow the state in every block alike from
+ *      the row (resident_find_rank, narrow_state), until T is resolved;
  *   2. the emit: each block counts its keys above T and equal to T, publishes the two counts,
  *      grid_sync, sums the counts of the blocks before it, and calls the sink for its keys at
  *      their ranks in index order (ties to the lower index), as topk_emit_kernel does.
@@ -626,10 +646,13 @@ void topk_resident_kernel(const T* x, std::uint64_t n, std::uint64_t k, unsigned
                           unsigned long long* block_counts, Sink sink) {
   constexpr unsigned runs = topk_resident_runs;
   static_assert(runs == 2, "topk_resident_kernel: four 16-bit counts per thread (two runs, above and ties)");
+  static_assert(magnitude_key_bits<Key> % topk_digit_bits == 0 || magnitude_key_bits<Key> % topk_digit_bits >= 3,
+                "topk_resident_kernel: every digit has at least 8 bins (resident_find_rank's groups of 8)");
   using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
   alignas(16) __shared__ unsigned bins[topk_digit_bins];  // resident_find_rank parks 16-byte groups here
   __shared__ typename scan_t::TempStorage scan;
   __shared__ topk_found found;
+  run_prologue(sink);
   run_of_8 r[runs];
   T v[runs][8] = {};
 #pragma unroll
@@ -675,8 +698,8 @@ void topk_resident_kernel(const T* x, std::uint64_t n, std::uint64_t k, unsigned
     }
   }
   // One scan of (run 1 above, run 1 ties, run 0 above, run 0 ties): at most 2,048 each per block.
+  // (resident_find_rank ended with a barrier since its scan, and at least one digit ran.)
   std::uint64_t rank = 0, total = 0;
-  __syncthreads();  // the scan's storage, last used by the select
   scan_t(scan).ExclusiveSum((std::uint64_t(__popc(over[1])) << 48) | (std::uint64_t(__popc(tie[1])) << 32) |
                                 (std::uint64_t(__popc(over[0])) << 16) | std::uint64_t(__popc(tie[0])),
                             rank, total);
@@ -723,11 +746,7 @@ struct cuda_topk_layout {
         block_counts(scratch_aligned(hist + std::size_t{topk_resident_levels<key_type_t<T>>} * topk_digit_bins *
                                                 sizeof(unsigned))),
         total(std::max(scratch_aligned(sample + sample_slots(n) * sizeof(key_type_t<T>)),
-                       scratch_aligned(block_counts + resident_blocks(n) * sizeof(unsigned long long)))) {}
-  /// The one-launch select's blocks, where it may run (cuda_topk_resident_max).
-  static std::uint64_t resident_blocks(std::uint64_t n) {
-    return n <= cuda_topk_resident_max ? topk_resident_blocks_for(n) : 0;
-  }
+                       scratch_aligned(block_counts + topk_resident_blocks_for(n) * sizeof(unsigned long long)))) {}
   /// The sample's keys, where a sample may be taken (topk_one_read_fits).
   static std::uint64_t sample_slots(std::uint64_t n) {
     return topk_sample_size(n) >= topk_sample_least ? topk_sample_slots : 0;
@@ -740,12 +759,19 @@ struct no_phase_marks {
 };
 
 /// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its
-/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid.
+/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid. The
+/// occupancy is asked once per device (devices 0-63) and kept: the benchmarks' events include
+/// the host's time before the launch, and the whole select takes 13-31 µs.
 template <class T, topk_counting Counting, class Sink>
 std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
-  int per_sm = 0;
-  GRADZIP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, topk_resident_kernel<T, key_type_t<T>, Counting, Sink>, topk_policy::threads, 0));
+  static std::atomic<int> known[64];  // blocks per SM + 1 once asked; 0 before
+  const int device = exec.device();
+  int per_sm = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) - 1 : -1;
+  if (per_sm < 0) {
+    GRADZIP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, topk_resident_kernel<T, key_type_t<T>, Counting, Sink>, topk_policy::threads, 0));
+    if (device >= 0 && device < 64) known[device].store(per_sm + 1, std::memory_order_relaxed);
+  }
   const std::uint64_t blocks = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(exec.sm_count());
   return std::min(blocks, static_cast<std::uint64_t>(exec.max_grid()));
 }
@@ -765,15 +791,20 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
                std::uint64_t sample_from = cuda_topk_sample_from, std::uint64_t resident_up_to = cuda_topk_resident_max) {
   using Key = key_type_t<T>;
   const std::uint64_t n = x.size();
-  if (k == 0 || n == 0) return;
   const cudaStream_t stream = exec.stream();
+  if (k == 0 || n == 0) {
+    if constexpr (has_prologue<Sink>) launch(topk_prologue_kernel<Sink>, 1, 1, 0, stream, sink);
+    return;
+  }
   const cuda_topk_layout<T> l(n);
   std::byte* base = exec.scratch(l.total);
-  const std::uint64_t resident = cuda_topk_layout<T>::resident_blocks(n);
-  if (n <= resident_up_to && resident != 0 && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec)) {
-    launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream, x.data(),
-                       n, k, reinterpret_cast<unsigned*>(base + l.hist),
-                       reinterpret_cast<unsigned long long*>(base + l.block_counts), sink);
+  const std::uint64_t resident = topk_resident_blocks_for(n);
+  // One launch where the grid fits; if the device holds fewer blocks than the occupancy says (an
+  // MPS client), the cooperative launch declines and the launches below run instead.
+  if (n <= resident_up_to && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec) &&
+      launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream,
+                         x.data(), n, k, reinterpret_cast<unsigned*>(base + l.hist),
+                         reinterpret_cast<unsigned long long*>(base + l.block_counts), sink)) {
     marks("resident");
     return;
   }
@@ -946,6 +977,9 @@ struct implicit_backend<cuda> {
 
 template <>
 struct structure_backend<cuda, sparsify::topk> {
+  /// cuda_topk runs a sink's prologue (the payload's frame) in its first kernel that takes the
+  /// sink: codec compress then launches no frame kernel (one launch of 2 at 2^20).
+  static constexpr bool writes_frame = true;
   template <class T>
   static std::size_t workspace_bytes(cuda&, std::size_t n) {
     return cuda_topk_layout<T>(n).total;

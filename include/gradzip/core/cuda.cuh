@@ -84,7 +84,7 @@ class cuda {
 
   cudaStream_t stream() const noexcept { return stream_; }
   int sm_count() const noexcept { return sm_count_; }
-  /// The device current when the executor was made (its stream's).
+  /// The device current when the executor was made: where its scratch lives.
   int device() const noexcept { return device_; }
   /// The largest grid.x the device accepts.
   int max_grid() const noexcept { return max_grid_; }

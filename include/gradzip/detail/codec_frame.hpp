@@ -32,13 +32,16 @@ struct frame {
   static constexpr std::uint64_t values_params_at = Codec::values_params_at;
   static constexpr std::uint64_t indices_params_at = Codec::indices_params_at;
 
-  /// Writes the header, the parameters and all padding of a payload (host or device code).
-  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* out, const wire::payload_layout& l,
-                                              element_type type, std::uint64_t n, std::uint64_t k,
-                                              const frame_params& sp) {
+  /// The frame's head: header, section table and parameters with their padding, up to the
+  /// first section after the parameters (every layout starts with the parameters, params_bytes).
+  static constexpr std::uint64_t head_bytes = wire::header_bytes_for(section_count) + wire::align_up(params_bytes);
+
+  /// Writes the head: bytes [0, head_bytes) of the payload (host or device code).
+  GRADZIP_HOST_DEVICE static void write_head(std::uint8_t* out, const wire::payload_layout& l, element_type type,
+                                             std::uint64_t n, std::uint64_t k, const frame_params& sp) {
     wire::write_header(out, l, type, id, n);
     std::uint8_t* params = out + l.at(0).offset;
-    for (std::uint64_t i = 0; i < params_bytes; ++i) params[i] = 0;
+    for (std::uint64_t i = 0; i < wire::align_up(params_bytes); ++i) params[i] = 0;
     wire::detail::store_le(params, k, 8);
     if constexpr (implicit_indices) {
       for (std::uint64_t i = 0; i < structure_params_bytes; ++i) params[8 + i] = sp.structure[i];
@@ -49,6 +52,13 @@ struct frame {
     } else {
       Indices::write_params(params + indices_params_at, n);
     }
+  }
+
+  /// Writes the header, the parameters and all padding of a payload (host or device code).
+  GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* out, const wire::payload_layout& l,
+                                              element_type type, std::uint64_t n, std::uint64_t k,
+                                              const frame_params& sp) {
+    write_head(out, l, type, n, k, sp);
     wire::zero_section_padding(out, l);
   }
 

@@ -188,20 +188,21 @@ struct payload_sink {
 
 /**
  * A sink that also carries one task for the selection to run before its result is complete: the
- * payload's frame, written by the select kernel's first thread instead of a launch of its own.
- * Structure backends that declare `static constexpr bool writes_frame = true` run it (exactly
- * once per select, whatever k); codec compress hands them this sink (detail/codec_compress.hpp).
+ * payload's frame, stored by the select kernel's first block instead of a launch of its own
+ * (prologue(thread, threads): each of the block's threads its share). Structure backends that
+ * declare `static constexpr bool writes_frame = true` run it (exactly once per select, whatever
+ * k); codec compress hands them this sink (detail/codec_compress.hpp).
  */
 template <class Sink, class Prologue>
 struct sink_with_prologue : Sink {
   Prologue prologue_task;
-  GRADZIP_HOST_DEVICE void prologue() const { prologue_task(); }
+  GRADZIP_HOST_DEVICE void prologue(unsigned thread, unsigned threads) const { prologue_task(thread, threads); }
 };
 
 template <class Sink, class = void>
 inline constexpr bool has_prologue = false;
 template <class Sink>
-inline constexpr bool has_prologue<Sink, std::void_t<decltype(std::declval<const Sink&>().prologue())>> = true;
+inline constexpr bool has_prologue<Sink, std::void_t<decltype(std::declval<const Sink&>().prologue(0u, 1u))>> = true;
 
 /// Whether a structure backend's select runs its sink's prologue (it declares `writes_frame`).
 template <class Backend, class = void>

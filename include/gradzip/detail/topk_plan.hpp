@@ -54,9 +54,10 @@ GRADZIP_HOST_DEVICE inline bool topk_pass_runs(const cuda_topk_state<Key>* st, t
 inline constexpr std::uint64_t cuda_topk_sample_from = std::uint64_t{1} << 23;
 
 /// Inputs of at most this many elements take the one-launch select (`topk_resident_kernel`) when
-/// its grid, a block per 4,096 elements, fits the device at once: 2^21 is the most an H100 holds
-/// (132 SMs, 4 blocks each: 528), and there the one launch took 0.59x the five launches' time
-/// (docs/performance.md, "Measured on an H100 (2026-11-27, later)"). Larger devices: untimed.
+/// its grid, a block per 4,096 elements, fits the device at once. An H100 holds 528 blocks (132
+/// SMs, 4 each), 2,162,688 elements; 2^21 (512 blocks) is the largest power of two within that,
+/// and there the one launch took 0.59x the five launches' time (docs/performance.md, "Measured on
+/// an H100 (2026-11-27, later)"). Devices that hold more: untimed, so the cap stays.
 inline constexpr std::uint64_t cuda_topk_resident_max = std::uint64_t{1} << 21;
 
 /// One radix digit: bits [shift, shift + width) of the key.

@@ -5,6 +5,9 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "gradzip/detail/cuda/vector_load.cuh"
@@ -19,24 +22,39 @@ namespace gradzip::detail {
 /// apply): one item per thread and grid-stride step. The dense apply has its own (below).
 using decode_policy = launch_policy<256, 1, 8>;
 
-/// The frame's write as a device task: write_frame_kernel's body, or the prologue a select kernel
-/// runs (sink_with_prologue) where its structure backend `writes_frame`.
+/**
+ * The frame's write as a device task: write_frame_kernel's body, or the prologue a select kernel
+ * runs (sink_with_prologue) where its structure backend `writes_frame`. Its bytes are computed on
+ * the host by the host's function (frame<Codec>::write_head: the same bytes) and travel in the
+ * launch's parameters, so that the device only stores them, a 16-byte word per thread: the head
+ * (header, section table, parameters), then the zero padding after each later section.
+ */
 template <class Codec>
 struct frame_task {
+  static constexpr std::uint32_t head_words = static_cast<std::uint32_t>(frame<Codec>::head_bytes / 16);
+  static constexpr std::uint32_t tails = Codec::section_count - 1;  // the sections after the parameters
+  static_assert(frame<Codec>::head_bytes % 16 == 0 && tails >= 1, "frame_task: a 16-byte aligned head, then sections");
   std::uint8_t* out;
-  wire::payload_layout layout;
-  element_type type;
-  std::uint64_t n, k;
-  frame_params sp;
-  GRADZIP_HOST_DEVICE void operator()() const {
-    frame<Codec>::write_frame(out, layout, type, n, k, sp);  // the host's function: the same bytes
+  uint4 head[head_words];
+  std::uint64_t tail_end[tails];  // where each later section ends: zeros up to the next 16-byte boundary
+
+  /// Thread `thread` of `threads` stores its share of the frame (any thread count).
+  GRADZIP_HOST_DEVICE void operator()(unsigned thread, unsigned threads) const {
+    for (unsigned w = thread; w < head_words + tails; w += threads) {
+      if (w < head_words) {
+        reinterpret_cast<uint4*>(out)[w] = head[w];
+      } else {
+        const std::uint64_t end = tail_end[w - head_words];
+        for (std::uint64_t b = end; b < wire::align_up(end); ++b) out[b] = 0;
+      }
+    }
   }
 };
 
 template <class Codec>
-__global__ __launch_bounds__(1)
+__global__ __launch_bounds__(32)
 void write_frame_kernel(frame_task<Codec> task) {
-  task();
+  task(threadIdx.x, blockDim.x);
 }
 
 /// Records the first failure: only the thread that claims the empty word writes the numbers. For
@@ -466,16 +484,29 @@ struct payload_backend<cuda> {
   static void write_frame(cuda& exec, const Codec& c, std::uint8_t* out,
                           const wire::payload_layout& l, element_type type, std::uint64_t n,
                           std::uint64_t k, const frame_params& sp) {
-    launch(write_frame_kernel<Codec>, 1, 1, 0, exec.stream(), frame_for(c, out, l, type, n, k, sp));
+    launch(write_frame_kernel<Codec>, 1, 32, 0, exec.stream(), frame_for(c, out, l, type, n, k, sp));
   }
 
-  /// The frame's write for a select kernel to run (codec compress, where the structure backend
-  /// `writes_frame`): one launch fewer.
+  /// The frame's bytes for a device task (write_frame_kernel, or a select kernel's prologue in
+  /// codec compress, where the structure backend `writes_frame`: one launch fewer).
   template <class Codec>
   static frame_task<Codec> frame_for(const Codec&, std::uint8_t* out, const wire::payload_layout& l,
                                      element_type type, std::uint64_t n, std::uint64_t k, const frame_params& sp) {
     require_aligned(out, "compress");
-    return frame_task<Codec>{out, l, type, n, k, sp};
+    using task = frame_task<Codec>;
+    if (l.section_count() != Codec::section_count || l.at(1).offset != frame<Codec>::head_bytes) {
+      throw std::logic_error("gradzip: frame_for: the layout (" + std::to_string(l.section_count()) +
+                             " sections, the second at byte " + std::to_string(l.at(1).offset) +
+                             ") is not the codec's (" + std::to_string(Codec::section_count) + ", at " +
+                             std::to_string(frame<Codec>::head_bytes) + ")");
+    }
+    task t{};
+    t.out = out;
+    alignas(16) std::uint8_t head[frame<Codec>::head_bytes];
+    frame<Codec>::write_head(head, l, type, n, k, sp);
+    std::memcpy(t.head, head, sizeof head);
+    for (std::uint32_t s = 0; s < task::tails; ++s) t.tail_end[s] = l.at(s + 1).offset + l.at(s + 1).size;
+    return t;
   }
 
   /// What check leaves for the decode's writes, in scratch: the parsed view and, for bitmap

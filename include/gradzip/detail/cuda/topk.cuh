@@ -138,10 +138,14 @@ __device__ inline void zero_bins(unsigned* bins) {
   __syncthreads();
 }
 
-__device__ inline void flush_bins(const unsigned* bins, unsigned long long* hist) {
+/// Adds the block's shared bins to a digit's global counts, once every thread has counted.
+template <class Count>
+__device__ inline void flush_bins(const unsigned* bins, Count* hist) {
+  static_assert(std::is_same_v<Count, unsigned long long> || std::is_same_v<Count, unsigned>,
+                "flush_bins: 64-bit counts (the launches) or 32-bit ones (the one-launch select: n < 2^32)");
   __syncthreads();
   for (int b = threadIdx.x; b < topk_digit_bins; b += blockDim.x) {
-    if (bins[b] != 0) atomicAdd(hist + b, static_cast<unsigned long long>(bins[b]));
+    if (bins[b] != 0) atomicAdd(hist + b, static_cast<Count>(bins[b]));
   }
 }
 
@@ -482,18 +486,53 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
   select_digit(hist, next, st);
 }
 
-/// A sink's prologue (sink_with_prologue: the payload's frame), by thread 0 of block 0: once per
-/// select, in its first kernel that takes the sink.
+/// A run's keys above T and equal to T, as bit masks over its `valid` elements.
+struct run_marks {
+  unsigned above = 0, tie = 0;
+};
+template <class T, class Key>
+__device__ inline run_marks mark_run(const T (&v)[8], unsigned valid, Key threshold) {
+  run_marks m;
+#pragma unroll
+  for (unsigned e = 0; e < 8; ++e) {
+    const Key key = magnitude_key(v[e]);
+    if (e < valid && key > threshold) m.above |= 1u << e;
+    if (e < valid && key == threshold) m.tie |= 1u << e;
+  }
+  return m;
+}
+
+/// The emit's rank rule, for one run: with a0 keys above T and t0 ties before the run (in index
+/// order), its element e goes to (keys above T before it) + min(ties before it, take) when above
+/// T, and a tie goes only while ties before it < take. One sink call site, in a loop over the
+/// run's set bits: unrolling it 8 times costs registers that the sink's quantizer needs.
+template <class T, class Sink, class IndexOf>
+__device__ inline void emit_run(const Sink& sink, const T (&v)[8], run_marks m, std::uint64_t a0, std::uint64_t t0,
+                                std::uint64_t take, IndexOf index_of) {
+#pragma unroll 1
+  for (unsigned bits = m.above | m.tie; bits != 0; bits &= bits - 1) {
+    const unsigned e = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1), lower = (1u << e) - 1;
+    const std::uint64_t a = a0 + __popc(m.above & lower), t = t0 + __popc(m.tie & lower);
+    if ((m.above >> e) & 1u) {
+      sink(a + (t < take ? t : take), index_of(e), pick(v, e));
+    } else if (t < take) {
+      sink(a + t, index_of(e), pick(v, e));
+    }
+  }
+}
+
+/// A sink's prologue (sink_with_prologue: the payload's frame), by the threads of block 0: once
+/// per select, in its first kernel that takes the sink.
 template <class Sink>
 __device__ inline void run_prologue(const Sink& sink) {
   if constexpr (has_prologue<Sink>) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) sink.prologue();
+    if (blockIdx.x == 0) sink.prologue(threadIdx.x, blockDim.x);
   }
 }
 
 /// A select with nothing to select (k or n 0) still runs its sink's prologue.
 template <class Sink>
-__global__ __launch_bounds__(1)
+__global__ __launch_bounds__(32)
 void topk_prologue_kernel(Sink sink) {
   run_prologue(sink);
 }
@@ -521,15 +560,9 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
     const run_of_8 r = run_at(tile * topk_policy::threads + threadIdx.x, src.count);
     T v[8] = {};
     load_run(src.values, r.first, r.valid, v);
-    unsigned above = 0, tie = 0;
-#pragma unroll
-    for (unsigned k = 0; k < 8; ++k) {
-      const Key key = magnitude_key(v[k]);
-      if (k < r.valid && key > threshold) above |= 1u << k;
-      if (k < r.valid && key == threshold) tie |= 1u << k;
-    }
+    const run_marks m = mark_run(v, r.valid, threshold);
     std::uint64_t rank = 0, total = 0;
-    const std::uint64_t pair = (std::uint64_t(__popc(above)) << 32) | std::uint64_t(__popc(tie));
+    const std::uint64_t pair = (std::uint64_t(__popc(m.above)) << 32) | std::uint64_t(__popc(m.tie));
     scan_t(s.scan).ExclusiveSum(pair, rank, total);
     if (threadIdx.x < 64) {  // warp c walks back count c, whose tile t is word c * stride + t (tiles <= stride)
       const unsigned c = threadIdx.x / 32;
@@ -537,19 +570,8 @@ void topk_emit_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_topk_
       if (threadIdx.x % 32 == 0) s.base[c] = before;
     }
     __syncthreads();
-    const std::uint64_t a0 = s.base[0] + (rank >> 32), t0 = s.base[1] + (rank & 0xFFFFFFFFu);
-    // One sink call site, in a loop over the run's set bits (rare outside the list): unrolling it
-    // 8 times costs registers that the sink's quantizer needs.
-#pragma unroll 1
-    for (unsigned bits = above | tie; bits != 0; bits &= bits - 1) {
-      const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1), lower = (1u << k) - 1;
-      const std::uint64_t a = a0 + __popc(above & lower), t = t0 + __popc(tie & lower);
-      if ((above >> k) & 1u) {
-        sink(a + (t < take ? t : take), src.index_of(r.first + k), pick(v, k));
-      } else if (t < take) {
-        sink(a + t, src.index_of(r.first + k), pick(v, k));
-      }
-    }
+    emit_run(sink, v, m, s.base[0] + (rank >> 32), s.base[1] + (rank & 0xFFFFFFFFu), take,
+             [&](unsigned e) { return src.index_of(r.first + e); });
     __syncthreads();
   }
 }
@@ -615,14 +637,6 @@ __device__ inline void resident_find_rank(const unsigned* row, int bins, std::ui
   in_bin = found.count;
 }
 
-/// flush_bins into 32-bit global counts (the one-launch select: n < 2^32).
-__device__ inline void flush_bins32(const unsigned* bins, unsigned* row) {
-  __syncthreads();
-  for (int b = threadIdx.x; b < topk_digit_bins; b += blockDim.x) {
-    if (bins[b] != 0) atomicAdd(row + b, bins[b]);
-  }
-}
-
 /// The field f (0 to 3) of four 16-bit counts packed in a u64.
 __device__ inline std::uint64_t count16(std::uint64_t packed, unsigned f) { return (packed >> (16 * f)) & 0xFFFFu; }
 
@@ -632,7 +646,7 @@ __device__ inline std::uint64_t count16(std::uint64_t packed, unsigned f) { retu
  * pass counts them there, with grid_sync between the passes instead of a launch:
  *   0. load the runs, and zero every digit's row of `hist` (the grid's threads); grid_sync;
  *   1. per digit: count the keys that match the prefix into the block's shared bins, add them to
- *      the digit's row (flush_bins32), grid_sync, and narrow the state in every block alike from
+ *      the digit's row (flush_bins), grid_sync, and narrow the state in every block alike from
  *      the row (resident_find_rank, narrow_state), until T is resolved;
  *   2. the emit: each block counts its keys above T and equal to T, publishes the two counts,
  *      grid_sync, sums the counts of the blocks before it, and calls the sink for its keys at
@@ -680,28 +694,21 @@ void topk_resident_kernel(const T* x, std::uint64_t n, std::uint64_t k, unsigned
         add_digit<Counting>(bins, e < r[j].valid ? digit_of(magnitude_key(v[j][e]), st.prefix, st.mask, d) : topk_no_digit);
       }
     }
-    flush_bins32(bins, row);
+    flush_bins(bins, row);
     grid_sync();
     int bin = 0;
     std::uint64_t above = 0, in_bin = 0;
     resident_find_rank(row, 1 << d.width, st.rank, bins, scan, found, bin, above, in_bin);
     narrow_state(&st, d, bin, above, in_bin);
   }
-  unsigned over[runs] = {}, tie[runs] = {};
+  run_marks m[runs];
 #pragma unroll
-  for (unsigned j = 0; j < runs; ++j) {
-#pragma unroll
-    for (unsigned e = 0; e < 8; ++e) {
-      const Key key = magnitude_key(v[j][e]);
-      if (e < r[j].valid && key > st.threshold) over[j] |= 1u << e;
-      if (e < r[j].valid && key == st.threshold) tie[j] |= 1u << e;
-    }
-  }
+  for (unsigned j = 0; j < runs; ++j) m[j] = mark_run(v[j], r[j].valid, st.threshold);
   // One scan of (run 1 above, run 1 ties, run 0 above, run 0 ties): at most 2,048 each per block.
   // (resident_find_rank ended with a barrier since its scan, and at least one digit ran.)
   std::uint64_t rank = 0, total = 0;
-  scan_t(scan).ExclusiveSum((std::uint64_t(__popc(over[1])) << 48) | (std::uint64_t(__popc(tie[1])) << 32) |
-                                (std::uint64_t(__popc(over[0])) << 16) | std::uint64_t(__popc(tie[0])),
+  scan_t(scan).ExclusiveSum((std::uint64_t(__popc(m[1].above)) << 48) | (std::uint64_t(__popc(m[1].tie)) << 32) |
+                                (std::uint64_t(__popc(m[0].above)) << 16) | std::uint64_t(__popc(m[0].tie)),
                             rank, total);
   const std::uint64_t block_above = count16(total, 3) + count16(total, 1), block_ties = count16(total, 2) + count16(total, 0);
   if (threadIdx.x == 0) block_counts[blockIdx.x] = (block_above << 32) | block_ties;
@@ -715,16 +722,7 @@ void topk_resident_kernel(const T* x, std::uint64_t n, std::uint64_t k, unsigned
   for (unsigned j = 0; j < runs; ++j) {
     const std::uint64_t a0 = (before >> 32) + (j == 0 ? count16(rank, 1) : count16(total, 1) + count16(rank, 3));
     const std::uint64_t t0 = (before & 0xFFFFFFFFu) + (j == 0 ? count16(rank, 0) : count16(total, 0) + count16(rank, 2));
-#pragma unroll 1
-    for (unsigned bits = over[j] | tie[j]; bits != 0; bits &= bits - 1) {
-      const unsigned e = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1), lower = (1u << e) - 1;
-      const std::uint64_t a = a0 + __popc(over[j] & lower), t = t0 + __popc(tie[j] & lower);
-      if ((over[j] >> e) & 1u) {
-        sink(a + (t < take ? t : take), r[j].first + e, pick(v[j], e));
-      } else if (t < take) {
-        sink(a + t, r[j].first + e, pick(v[j], e));
-      }
-    }
+    emit_run(sink, v[j], m[j], a0, t0, take, [&](unsigned e) { return r[j].first + e; });
   }
 }
 
@@ -760,8 +758,9 @@ struct no_phase_marks {
 
 /// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its
 /// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid. The
-/// occupancy is asked once per device (devices 0-63) and kept: the benchmarks' events include
-/// the host's time before the launch, and the whole select takes 13-31 µs.
+/// occupancy is asked once per device (devices 0-63) and kept, since it depends only on the
+/// compiled kernel and the device: the query is host time on every call (the select alone did not
+/// time faster with the cache on an H100, so it is off the GPU's critical path there).
 template <class T, topk_counting Counting, class Sink>
 std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
   static std::atomic<int> known[64];  // blocks per SM + 1 once asked; 0 before
@@ -793,7 +792,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   const std::uint64_t n = x.size();
   const cudaStream_t stream = exec.stream();
   if (k == 0 || n == 0) {
-    if constexpr (has_prologue<Sink>) launch(topk_prologue_kernel<Sink>, 1, 1, 0, stream, sink);
+    if constexpr (has_prologue<Sink>) launch(topk_prologue_kernel<Sink>, 1, 32, 0, stream, sink);
     return;
   }
   const cuda_topk_layout<T> l(n);

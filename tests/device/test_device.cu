@@ -1146,6 +1146,11 @@ TEST_CASE("cuda runs values stages written outside the library to the host's byt
     check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::top_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::bottom_level_uniform, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::bottom_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
+    // Natural compression's fast paths, likewise, unless a derived stage wrote its own encode or decode.
+    check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::zero_natural, gz::encode::none>{{}, gradzip_test::zero_natural{5}}, dev);
+    const gz::codec<gz::sparsify::none, gradzip_test::half_natural, gz::encode::none> half_natural{{}, gradzip_test::half_natural{5}};
+    check_parity(g, half_natural, dev);
+    check_decode_parity(half_natural, test::compress(half_natural, host, g), n, dev);
     check_decode_parity(dense_log4, test::compress(dense_log4, host, g), n, dev);
     // A stochastic element-wise stage: each element's word keyed by (seed, step, tensor, index).
     for (const gz::quantize::compress_context ctx : {gz::quantize::compress_context{0, 0}, {9, 2}}) {

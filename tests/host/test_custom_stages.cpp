@@ -82,6 +82,31 @@ TEST_CASE("a stage's encoder, where it declares one beside its encode, is what t
   }
 }
 
+TEST_CASE("a stage derived from natural compression with its own encode or decode is coded by them, not by the fast paths it inherits", "[extending]") {
+  using nat = quantize::natural<8>;
+  static_assert(detail::has_in_range_encode<nat> && detail::has_in_range_decode<nat>);
+  static_assert(!detail::has_in_range_encode<gradzip_test::zero_natural>);  // its own encode
+  static_assert(detail::has_in_range_decode<gradzip_test::zero_natural>);   // natural's decode, both paths
+  static_assert(detail::has_in_range_encode<gradzip_test::half_natural>);   // natural's encode, both paths
+  static_assert(!detail::has_in_range_decode<gradzip_test::half_natural>);  // its own decode
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(3000, 6);  // every value in natural's fast range
+  const quantize::compress_context ctx{4, 1};
+  const auto plain = round_trip(codec<sparsify::none, nat, encode::none>{{}, nat{77}}, exec, x, ctx);
+  const auto zero = round_trip(codec<sparsify::none, gradzip_test::zero_natural, encode::none>{{}, gradzip_test::zero_natural{77}},
+                               exec, x, ctx);
+  const auto half = round_trip(codec<sparsify::none, gradzip_test::half_natural, encode::none>{{}, gradzip_test::half_natural{77}},
+                               exec, x, ctx);
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(zero[i] == 0.0f);
+    REQUIRE(half[i] == 0.5f * plain[i]);  // the same codes, decoded by its own decode
+    nonzero += plain[i] != 0.0f;
+  }
+  CHECK(nonzero > x.size() / 2);  // natural's own codes are not all zero: the checks above could fail
+}
+
 TEST_CASE("a user's Gaussian-k structure stage keeps exactly |x| >= tau, NaN included", "[extending]") {
   host exec;
   const example::gaussian_k gk{1.5f};

@@ -124,18 +124,36 @@ using needs_code_check = stage::detail::optional_flag<Values, stage::detail::cod
 /// A values stage's optional fast encode (quantize/natural.hpp): `in_range_floor(record)` and
 /// `encode_in_range`, equal to `encode` for values that are 0 or finite with magnitude bits at
 /// least the floor. The executors take it for a block (host) or a warp step (CUDA) where every
-/// value qualifies.
+/// value qualifies. It counts only beside an `encode` of the class that declares it (as
+/// quantize::has_encoder): a stage derived from natural that writes its own `encode` inherits
+/// natural's fast path, which would code its values as natural's.
 template <class S>
 using in_range_floor_t = decltype(S::in_range_floor(std::declval<const typename S::record&>()));
+template <class S>
+using encode_in_range_class_t = decltype(quantize::declaring_class(&S::encode_in_range));
+template <class Values, class = void>
+struct in_range_encode_of : std::false_type {};
 template <class Values>
-inline constexpr bool has_in_range_encode = stage::detail::detects<Values, in_range_floor_t>::value;
+struct in_range_encode_of<Values, std::void_t<in_range_floor_t<Values>, encode_in_range_class_t<Values>,
+                                              quantize::encode_class_t<Values>>>
+    : std::is_same<encode_in_range_class_t<Values>, quantize::encode_class_t<Values>> {};
+template <class Values>
+inline constexpr bool has_in_range_encode = in_range_encode_of<Values>::value;
 
 /// And its optional fast decode: `in_range_code_floor(record)` and `decode_in_range`, equal to
-/// `decode` for codes whose c = code >> 1 is 0 or at least the floor.
+/// `decode` for codes whose c = code >> 1 is 0 or at least the floor. Static functions name no
+/// class, so it counts where `decode` and `decode_in_range` are those of the class that declares
+/// `encode_in_range`: a derived stage that writes its own `decode` decodes by it.
 template <class S>
 using in_range_code_floor_t = decltype(S::in_range_code_floor(std::declval<const typename S::record&>()));
+template <class Values, class = void>
+struct in_range_decode_of : std::false_type {};
 template <class Values>
-inline constexpr bool has_in_range_decode = stage::detail::detects<Values, in_range_code_floor_t>::value;
+struct in_range_decode_of<Values, std::void_t<in_range_code_floor_t<Values>, encode_in_range_class_t<Values>>>
+    : std::bool_constant<&Values::decode == &encode_in_range_class_t<Values>::decode &&
+                         &Values::decode_in_range == &encode_in_range_class_t<Values>::decode_in_range> {};
+template <class Values>
+inline constexpr bool has_in_range_decode = in_range_decode_of<Values>::value;
 
 /// The values of N codes of one bucket: by `decode_in_range` where the stage has it and every
 /// code qualifies (a vectorized pass over the codes on the host), else by `decode`.

@@ -23,6 +23,38 @@ std::vector<float> round_trip(const Codec& c, host& exec, const std::vector<floa
   c.decompress(exec, span<const std::byte>(payload), span<float>(out));
   return out;
 }
+using nat = quantize::natural<8>;
+
+// Its own encode and both encode paths, its own decode beside natural's decode_in_range: neither
+// fast path is wholly the class's that its in_range_class names (natural), so neither is taken.
+struct own_encode_paths : nat {
+  unsigned encode(float v, const record& r, std::uint32_t random) const { return nat::encode(v, r, random); }
+  unsigned encode_in_range(float v, const record& r, std::uint32_t random) const {
+    return nat::encode_in_range(v, r, random);
+  }
+  static std::uint32_t in_range_floor(const record& r) { return nat::in_range_floor(r); }
+  static float decode(unsigned code, const record& r) { return nat::decode(code, r); }
+};
+
+// A stage that writes all six and names itself keeps both.
+struct own_paths : own_encode_paths {
+  using in_range_class = own_paths;
+  unsigned encode(float v, const record& r, std::uint32_t random) const { return nat::encode(v, r, random); }
+  unsigned encode_in_range(float v, const record& r, std::uint32_t random) const {
+    return nat::encode_in_range(v, r, random);
+  }
+  static std::uint32_t in_range_floor(const record& r) { return nat::in_range_floor(r); }
+  static float decode(unsigned code, const record& r) { return nat::decode(code, r); }
+  static float decode_in_range(unsigned code, const record& r) { return nat::decode_in_range(code, r); }
+  static unsigned in_range_code_floor(const record& r) { return nat::in_range_code_floor(r); }
+};
+
+// An overloaded decode: no fast decode (and it compiles).
+struct overloaded_decode : nat {
+  static float decode(unsigned code, const record& r) { return nat::decode(code, r); }
+  static float decode(unsigned code, const record& r, float scale) { return scale * nat::decode(code, r); }
+};
+
 }  // namespace
 
 TEST_CASE("a user's log-scale values stage keeps its bound and poisons non-finite buckets", "[extending]") {
@@ -83,12 +115,15 @@ TEST_CASE("a stage's encoder, where it declares one beside its encode, is what t
 }
 
 TEST_CASE("a stage derived from natural compression with its own encode or decode is coded by them, not by the fast paths it inherits", "[extending]") {
-  using nat = quantize::natural<8>;
   static_assert(detail::has_in_range_encode<nat> && detail::has_in_range_decode<nat>);
   static_assert(!detail::has_in_range_encode<gradzip_test::zero_natural>);  // its own encode
   static_assert(detail::has_in_range_decode<gradzip_test::zero_natural>);   // natural's decode, both paths
   static_assert(detail::has_in_range_encode<gradzip_test::half_natural>);   // natural's encode, both paths
   static_assert(!detail::has_in_range_decode<gradzip_test::half_natural>);  // its own decode
+  static_assert(!detail::has_in_range_encode<own_encode_paths> && !detail::has_in_range_decode<own_encode_paths>);
+  static_assert(detail::has_in_range_encode<own_paths> && detail::has_in_range_decode<own_paths>);
+  static_assert(!detail::has_in_range_encode<quantize::uniform<4>> && !detail::has_in_range_decode<quantize::qsgd<7>>);
+  static_assert(!detail::has_in_range_decode<overloaded_decode> && detail::has_in_range_encode<overloaded_decode>);
   host exec;
   const auto x = gradzip_tools::synthetic_gradient<float>(3000, 6);  // every value in natural's fast range
   const quantize::compress_context ctx{4, 1};

@@ -121,37 +121,49 @@ struct stored_index {
 template <class Values>
 using needs_code_check = stage::detail::optional_flag<Values, stage::detail::codes_need_check_flag>;
 
-/// A values stage's optional fast encode (quantize/natural.hpp): `in_range_floor(record)` and
-/// `encode_in_range`, equal to `encode` for values that are 0 or finite with magnitude bits at
-/// least the floor. The executors take it for a block (host) or a warp step (CUDA) where every
-/// value qualifies. It counts only beside an `encode` of the class that declares it (as
-/// quantize::has_encoder): a stage derived from natural that writes its own `encode` inherits
-/// natural's fast path, which would code its values as natural's.
+/// Whether two functions or member functions are the same one. Template arguments compare the
+/// entities, so no compiler has to fold a comparison of addresses into a constant.
+template <auto F, auto G>
+struct same_function : std::false_type {};
+template <auto F>
+struct same_function<F, F> : std::true_type {};
+
+/**
+ * A values stage's optional fast paths (quantize/natural.hpp has both), each equal to the general
+ * function where it is taken:
+ * - encode: `in_range_floor(record)` and `encode_in_range`, equal to `encode` for values that
+ *   are 0 or finite with magnitude bits at least the floor; the executors take it for a block
+ *   (host) or a warp step (CUDA) where every value qualifies;
+ * - decode: `in_range_code_floor(record)` and `decode_in_range`, equal to `decode` for codes
+ *   whose c = code >> 1 is 0 or at least the floor.
+ * The stage names the class they belong to (`using in_range_class = natural;`), and a path
+ * counts only where the general function and the fast ones are all that class's. A stage derived
+ * from natural that writes its own `encode` (or `decode`) inherits natural's fast path, which
+ * would code (or decode) its values as natural's; it is coded (decoded) by what it wrote.
+ */
 template <class S>
-using in_range_floor_t = decltype(S::in_range_floor(std::declval<const typename S::record&>()));
-template <class S>
-using encode_in_range_class_t = decltype(quantize::declaring_class(&S::encode_in_range));
+using in_range_class_t = typename S::in_range_class;
+template <class S, class C>
+using in_range_encode_functions =
+    std::conjunction<same_function<&S::encode, &C::encode>, same_function<&S::encode_in_range, &C::encode_in_range>,
+                     same_function<&S::in_range_floor, &C::in_range_floor>>;
 template <class Values, class = void>
 struct in_range_encode_of : std::false_type {};
 template <class Values>
-struct in_range_encode_of<Values, std::void_t<in_range_floor_t<Values>, encode_in_range_class_t<Values>,
-                                              quantize::encode_class_t<Values>>>
-    : std::is_same<encode_in_range_class_t<Values>, quantize::encode_class_t<Values>> {};
+struct in_range_encode_of<Values, std::void_t<in_range_encode_functions<Values, in_range_class_t<Values>>>>
+    : in_range_encode_functions<Values, in_range_class_t<Values>> {};
 template <class Values>
 inline constexpr bool has_in_range_encode = in_range_encode_of<Values>::value;
 
-/// And its optional fast decode: `in_range_code_floor(record)` and `decode_in_range`, equal to
-/// `decode` for codes whose c = code >> 1 is 0 or at least the floor. Static functions name no
-/// class, so it counts where `decode` and `decode_in_range` are those of the class that declares
-/// `encode_in_range`: a derived stage that writes its own `decode` decodes by it.
-template <class S>
-using in_range_code_floor_t = decltype(S::in_range_code_floor(std::declval<const typename S::record&>()));
+template <class S, class C>
+using in_range_decode_functions =
+    std::conjunction<same_function<&S::decode, &C::decode>, same_function<&S::decode_in_range, &C::decode_in_range>,
+                     same_function<&S::in_range_code_floor, &C::in_range_code_floor>>;
 template <class Values, class = void>
 struct in_range_decode_of : std::false_type {};
 template <class Values>
-struct in_range_decode_of<Values, std::void_t<in_range_code_floor_t<Values>, encode_in_range_class_t<Values>>>
-    : std::bool_constant<&Values::decode == &encode_in_range_class_t<Values>::decode &&
-                         &Values::decode_in_range == &encode_in_range_class_t<Values>::decode_in_range> {};
+struct in_range_decode_of<Values, std::void_t<in_range_decode_functions<Values, in_range_class_t<Values>>>>
+    : in_range_decode_functions<Values, in_range_class_t<Values>> {};
 template <class Values>
 inline constexpr bool has_in_range_decode = in_range_decode_of<Values>::value;
 

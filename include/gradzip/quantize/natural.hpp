@@ -108,6 +108,9 @@ struct natural : bucketed_stage<Bits, Bucket, natural_record> {
   static constexpr std::int32_t poisoned = INT32_MAX;
   /// Params: u8 bits, 3 zero bytes, u32 bucket.
   static constexpr std::uint64_t param_bytes = 8;
+  /// The class whose fast paths (encode_in_range, decode_in_range) these are: a derived stage
+  /// that writes its own encode or decode does not take them (detail::has_in_range_encode).
+  using in_range_class = natural;
 
   std::uint64_t seed = 0;
 

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "gradzip/detail/cuda/vector_load.cuh"
@@ -494,12 +492,10 @@ struct payload_backend<cuda> {
                                      element_type type, std::uint64_t n, std::uint64_t k, const frame_params& sp) {
     require_aligned(out, "compress");
     using task = frame_task<Codec>;
-    if (l.section_count() != Codec::section_count || l.at(1).offset != frame<Codec>::head_bytes) {
-      throw std::logic_error("gradzip: frame_for: the layout (" + std::to_string(l.section_count()) +
-                             " sections, the second at byte " + std::to_string(l.at(1).offset) +
-                             ") is not the codec's (" + std::to_string(Codec::section_count) + ", at " +
-                             std::to_string(frame<Codec>::head_bytes) + ")");
-    }
+    GRADZIP_EXPECTS(l.section_count() == Codec::section_count && l.at(1).offset == frame<Codec>::head_bytes,
+                    "frame_for: the layout (", l.section_count(), " sections, the second at byte ",
+                    l.section_count() > 1 ? l.at(1).offset : 0, ") is not the codec's (", Codec::section_count,
+                    ", at ", frame<Codec>::head_bytes, ")");
     task t{};
     t.out = out;
     alignas(16) std::uint8_t head[frame<Codec>::head_bytes];

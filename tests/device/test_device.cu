@@ -463,6 +463,37 @@ TEST_CASE("cuda topk falls back to launches when the device declines the coopera
                                                 gz::detail::cuda_topk_resident_max) == test::reference_topk(small, 80));
   CHECK(marks == std::vector<std::string>{"resident"});
 }
+
+// SIMT only: a device without cooperative launches (cudaDevAttrCooperativeLaunch 0).
+TEST_CASE("cuda topk runs the launches on a device without cooperative launches", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  struct none {
+    none() { gradzip_simt::config().cooperative_launch = false; }
+    ~none() { gradzip_simt::config().cooperative_launch = true; }
+  } no_cooperative;
+  using gz::detail::topk_counting;
+  const auto g = gradzip_tools::synthetic_gradient<float>(8000, 14);  // 2 blocks: resident on any other device
+  std::vector<std::string> marks;
+  CHECK(device_topk<topk_counting::per_element>(g, 80, dev, marks, gz::detail::cuda_topk_sample_from,
+                                                gz::detail::cuda_topk_resident_max) == test::reference_topk(g, 80));
+  CHECK(marks.at(0) == "init");
+  CHECK(cudaGetLastError() == cudaSuccess);
+  check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
+  // launch_cooperative itself declines (cudaErrorNotSupported), launching nothing and leaving no
+  // error behind.
+  device_vector<float> dx(g);
+  device_vector<unsigned> hist(4 * gz::detail::topk_digit_bins);
+  device_vector<unsigned long long> counts(2);
+  device_vector<std::uint64_t> index(1);
+  device_vector<float> values(1);
+  const gradzip_tools::topk_pair_sink sink{index.data, values.data};
+  CHECK_FALSE(gz::detail::launch_cooperative(
+      gz::detail::topk_resident_kernel<float, std::uint32_t, topk_counting::per_element, gradzip_tools::topk_pair_sink<float>>, 2,
+      gz::detail::topk_policy::threads, 0, dev.stream(), dx.data, std::uint64_t{g.size()}, std::uint64_t{1}, hist.data,
+      counts.data, sink));
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
 #endif
 
 TEST_CASE("cuda decompress_add equals the host's result", "[gpu]") {

@@ -1094,6 +1094,11 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
   const std::uint64_t resident = config().max_cooperative_blocks != 0
                                      ? config().max_cooperative_blocks
                                      : static_cast<std::uint64_t>(config().sm_count) * config().blocks_per_sm;
+  if (problem.empty() && r.cooperative && !config().cooperative_launch) {
+    return complain(cudaErrorNotSupported, "cooperative launch of " + kernel_name(r.kernel) +
+                                               ": the device has no cooperative launches (cudaDevAttrCooperativeLaunch "
+                                               "0; cudaErrorNotSupported)");
+  }
   if (problem.empty() && r.cooperative && static_cast<std::uint64_t>(r.grid.x) * r.grid.y * r.grid.z > resident) {
     std::ostringstream os;
     os << "cooperative launch of " << kernel_name(r.kernel) << " with " << r.grid.x * r.grid.y * r.grid.z
@@ -1177,6 +1182,8 @@ int parse_options(int argc, char** argv) {
       config().blocks_per_sm = static_cast<int>(value("--simt-blocks-per-sm="));
     } else if (a.rfind("--simt-max-cooperative=", 0) == 0) {
       config().max_cooperative_blocks = static_cast<unsigned>(value("--simt-max-cooperative="));
+    } else if (a == "--simt-no-cooperative") {
+      config().cooperative_launch = false;
     } else {
       argv[kept++] = argv[i];
     }
@@ -1320,6 +1327,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
+    case cudaDevAttrCooperativeLaunch: *value = config().cooperative_launch ? 1 : 0; break;
     default:
       return complain(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(attr) +
                                                  " is not emulated (add it to tests/simt/runtime.cpp)");

@@ -368,6 +368,16 @@ TEST_CASE("simt: a cooperative launch's grid_sync waits for every block, and kee
         cudaErrorCooperativeLaunchTooLarge);
   CHECK(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
   sim::config().max_cooperative_blocks = 0;
+  sim::config().cooperative_launch = false;  // a device without cooperative launches
+  int attribute = 1;
+  CHECK(cudaDeviceGetAttribute(&attribute, cudaDevAttrCooperativeLaunch, 0) == cudaSuccess);
+  CHECK(attribute == 0);
+  CHECK(sim::launch_cooperative(simt_test::grid_sync_uncooperative_kernel, dim3(2), dim3(32), 0, nullptr, out.data) ==
+        cudaErrorNotSupported);
+  CHECK(cudaGetLastError() == cudaErrorNotSupported);
+  sim::config().cooperative_launch = true;
+  CHECK(cudaDeviceGetAttribute(&attribute, cudaDevAttrCooperativeLaunch, 0) == cudaSuccess);
+  CHECK(attribute == 1);
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, simt_test::grid_sum_kernel, 64, 0) == cudaSuccess);
   CHECK(per_sm == 2);

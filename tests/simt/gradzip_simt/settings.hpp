@@ -24,6 +24,10 @@ struct settings {
   /// The most blocks a cooperative launch may have (0: sm_count x blocks_per_sm): fewer, as an MPS
   /// client with an active-thread percentage sees, makes a launch the occupancy allows fail.
   unsigned max_cooperative_blocks = 0;
+  /// What cudaDevAttrCooperativeLaunch answers: false models a device (or a virtualized share of
+  /// one) without cooperative launches, where every cooperative launch fails with
+  /// cudaErrorNotSupported.
+  bool cooperative_launch = true;
   /// A fault ends the launch with cudaErrorLaunchFailure (returned by the next synchronizing
   /// call, its message kept for take_fault) instead of aborting: for the backend's own tests.
   bool expect_faults = false;
@@ -39,7 +43,7 @@ std::string take_fault();
 
 /// Applies and removes the --simt-* options of argv; returns the new argc. Options:
 ///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-blocks-per-sm=N
-///   --simt-max-cooperative=N  --simt-list-kernels
+///   --simt-max-cooperative=N  --simt-no-cooperative  --simt-list-kernels
 int parse_options(int argc, char** argv);
 
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).

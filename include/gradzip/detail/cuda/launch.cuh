@@ -62,7 +62,8 @@ void launch(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, s
  * nothing and leaving no error behind, when the device cannot hold the grid at once
  * (cudaErrorCooperativeLaunchTooLarge: above cudaOccupancyMaxActiveBlocksPerMultiprocessor x
  * SMs, or fewer SMs than the device has, as an MPS client with an active-thread percentage
- * gets), so the caller can run another way; throws gradzip::cuda_error on any other failure.
+ * gets) or has no cooperative launches (cudaErrorNotSupported; cudaDevAttrCooperativeLaunch 0),
+ * so the caller can run another way; throws gradzip::cuda_error on any other failure.
  * In a SIMT build the backend holds every block's threads and releases grid_sync when all arrive.
  */
 template <class... Params, class... Args>
@@ -85,7 +86,7 @@ template <class... Params, class... Args>
       },
       params);
 #endif
-  if (e == cudaErrorCooperativeLaunchTooLarge) {
+  if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {
     (void)cudaGetLastError();  // not sticky: clear it, so the next launch's check does not see it
     return false;
   }

@@ -757,12 +757,17 @@ struct no_phase_marks {
 };
 
 /// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its
-/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid. The
+/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid (0
+/// where the device has no cooperative launches). The
 /// occupancy is asked once per device (devices 0-63) and kept, since it depends only on the
 /// compiled kernel and the device: the query is host time on every call (the select alone did not
 /// time faster with the cache on an H100, so it is off the GPU's critical path there).
 template <class T, topk_counting Counting, class Sink>
 std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
+  // None on a device without cooperative launches (asked every call: a lookup in the runtime).
+  int cooperative = 0;
+  GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, exec.device()));
+  if (cooperative == 0) return 0;
   static std::atomic<int> known[64];  // blocks per SM + 1 once asked; 0 before
   const int device = exec.device();
   int per_sm = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) - 1 : -1;

@@ -307,18 +307,14 @@ inline void consecutive_half_words(std::uint64_t seed, quantize::compress_contex
                                    std::uint64_t count, std::uint32_t* out) {
   std::uint32_t words[128];
   philox_blocks(seed, ctx, first >> 3, static_cast<int>(count / 8), words);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  // In memory, word h / 2's low half comes first: the words are the half-words in order, and
-  // the loop is a zero-extension and a shift (no shuffles).
-  std::uint16_t halves[256];
-  std::memcpy(halves, words, count * 2);
-  for (std::uint64_t j = 0; j < count; ++j) out[j] = static_cast<std::uint32_t>(halves[j]) << 16;
-#else
-  for (std::uint64_t j = 0; j < count; j += 2) {
-    out[j] = words[j / 2] << 16;
-    out[j + 1] = words[j / 2] & 0xFFFF0000u;
+  // Even element 2w takes word w's low half, odd 2w + 1 its high half. Written on the words'
+  // values, not their bytes, GCC vectorizes it (a shift, a mask, two unpacks, two lane
+  // permutes per 16 elements); reading them as 16-bit halves in memory needed a copy of the
+  // words, a libc memmove call per block (4 % of QSGD's compress).
+  for (std::uint64_t w = 0; w < count / 2; ++w) {
+    out[2 * w] = words[w] << 16;
+    out[2 * w + 1] = words[w] & 0xFFFF0000u;
   }
-#endif
 }
 
 /// Whether every value of x[0, m) is one `encode_in_range` takes: one vectorized pass over the

@@ -444,35 +444,78 @@ TEST_CASE("cuda topk of a small input is one cooperative launch, with the multi-
 // SIMT only: an MPS client's share of the SMs, which a GPU test cannot arrange.
 TEST_CASE("cuda topk falls back to launches when the device declines the cooperative one", "[gpu]") {
   REQUIRE_GPU();
-  gz::cuda dev;
-  struct share {  // fewer resident blocks than occupancy x SMs promise, restored afterwards
-    unsigned saved = gradzip_simt::config().max_cooperative_blocks;
-    share() { gradzip_simt::config().max_cooperative_blocks = 2; }
-    ~share() { gradzip_simt::config().max_cooperative_blocks = saved; }
-  } limited;
   using gz::detail::topk_counting;
-  const auto g = gradzip_tools::synthetic_gradient<float>(20000, 13);  // 5 blocks: more than 2
+  using sink = gradzip_tools::topk_pair_sink<float>;
+  struct shape {  // 4 SMs with cooperative launches, any grid (whatever --simt-* asked), restored afterwards
+    gradzip_simt::settings saved = gradzip_simt::config();
+    shape() {
+      gradzip_simt::config().sm_count = 4;
+      gradzip_simt::config().max_grid_x = 0x7FFFFFFFu;
+      gradzip_simt::config().cooperative_launch = true;
+    }
+    ~shape() { gradzip_simt::config() = saved; }
+  } device_shape;
+  gz::cuda dev;
+  REQUIRE(dev.cooperative_sms() == 4);  // the attribute promises every SM
+  // Blocks per SM as the backend answers (--simt-blocks-per-sm); the device now holds one SM's
+  // worth at once, fewer than occupancy x SMs promise.
+  const int p = gz::detail::cuda_topk_resident_per_sm<float, topk_counting::per_element, sink>(dev);
+  REQUIRE(p >= 1);
+  REQUIRE((2 * static_cast<std::uint64_t>(p) + 1) * gz::detail::topk_resident_tile <= gz::detail::cuda_topk_resident_max);
+  gradzip_simt::config().max_cooperative_blocks = static_cast<unsigned>(p);
+  const auto blocks_of = [](std::uint64_t blocks) { return blocks * gz::detail::topk_resident_tile - 100; };
+  const auto resident_topk = [&](gz::cuda& exec, const std::vector<float>& x, std::vector<std::string>& marks) {
+    return device_topk<topk_counting::per_element>(x, x.size() / 100, exec, marks, gz::detail::cuda_topk_sample_from,
+                                                   gz::detail::cuda_topk_resident_max) ==
+           test::reference_topk(x, x.size() / 100);
+  };
+  const std::uint64_t declined = gradzip_simt::declined_cooperative_launches();
+  const auto g = gradzip_tools::synthetic_gradient<float>(blocks_of(2 * p + 1), 13);
   std::vector<std::string> marks;
-  CHECK(device_topk<topk_counting::per_element>(g, 200, dev, marks, gz::detail::cuda_topk_sample_from,
-                                                gz::detail::cuda_topk_resident_max) == test::reference_topk(g, 200));
+  CHECK(resident_topk(dev, g, marks));
   CHECK(marks.at(0) == "init");
   CHECK(cudaGetLastError() == cudaSuccess);  // the declined launch leaves no error for the next check
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 1);
+  CHECK(dev.cooperative_sms() == 2);  // fewer than ceil((2p + 1) / p) = 3 SMs' worth
+  // The executor remembers: 2p + 1 blocks are not tried again, through the codec either.
+  CHECK(resident_topk(dev, g, marks));
+  CHECK(marks.at(0) == "init");
   check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
-  const std::vector<float> small(g.begin(), g.begin() + 8000);  // 2 blocks: resident still
-  CHECK(device_topk<topk_counting::per_element>(small, 80, dev, marks, gz::detail::cuda_topk_sample_from,
-                                                gz::detail::cuda_topk_resident_max) == test::reference_topk(small, 80));
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 1);
+  const std::vector<float> small(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(blocks_of(p)));  // resident still
+  CHECK(resident_topk(dev, small, marks));
   CHECK(marks == std::vector<std::string>{"resident"});
+  // p + 1 blocks fit the 2 SMs' worth still assumed, and decline: one SM's worth is left.
+  const std::vector<float> more(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(blocks_of(p + 1)));
+  CHECK(resident_topk(dev, more, marks));
+  CHECK(marks.at(0) == "init");
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 2);
+  CHECK(dev.cooperative_sms() == 1);
+  CHECK(resident_topk(dev, small, marks));
+  CHECK(marks == std::vector<std::string>{"resident"});
+  // Another executor has not learned it, and tries once.
+  gz::cuda other;
+  CHECK(resident_topk(other, g, marks));
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 3);
+  CHECK(other.cooperative_sms() == 2);
 }
 
 // SIMT only: a device without cooperative launches (cudaDevAttrCooperativeLaunch 0).
 TEST_CASE("cuda topk runs the launches on a device without cooperative launches", "[gpu]") {
   REQUIRE_GPU();
-  gz::cuda dev;
   struct none {
-    none() { gradzip_simt::config().cooperative_launch = false; }
-    ~none() { gradzip_simt::config().cooperative_launch = true; }
+    bool saved = gradzip_simt::config().cooperative_launch;
+    none() { gradzip_simt::config().cooperative_launch = true; }  // for `earlier` below
+    void off() { gradzip_simt::config().cooperative_launch = false; }
+    ~none() { gradzip_simt::config().cooperative_launch = saved; }
   } no_cooperative;
+  gz::cuda earlier;  // made while the attribute said 1
+  no_cooperative.off();
+  gz::cuda dev;
+  CHECK(earlier.cooperative_sms() == earlier.sm_count());
+  CHECK(dev.cooperative_sms() == 0);
   using gz::detail::topk_counting;
+  const std::uint64_t declined = gradzip_simt::declined_cooperative_launches();
   const auto g = gradzip_tools::synthetic_gradient<float>(8000, 14);  // 2 blocks: resident on any other device
   std::vector<std::string> marks;
   CHECK(device_topk<topk_counting::per_element>(g, 80, dev, marks, gz::detail::cuda_topk_sample_from,
@@ -480,6 +523,16 @@ TEST_CASE("cuda topk runs the launches on a device without cooperative launches"
   CHECK(marks.at(0) == "init");
   CHECK(cudaGetLastError() == cudaSuccess);
   check_parity(g, gz::codec<gz::sparsify::topk>{gz::sparsify::topk::ratio(0.01)}, dev);
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined);  // the attribute said so: none tried
+  // An executor made before reads the attribute no more: its first launch declines
+  // (cudaErrorNotSupported) and teaches it that 2 blocks do not fit; the second is not tried.
+  for (int call = 0; call < 2; ++call) {
+    CHECK(device_topk<topk_counting::per_element>(g, 80, earlier, marks, gz::detail::cuda_topk_sample_from,
+                                                  gz::detail::cuda_topk_resident_max) == test::reference_topk(g, 80));
+    CHECK(marks.at(0) == "init");
+  }
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 1);
+  CHECK(earlier.cooperative_sms() < earlier.sm_count());
   // launch_cooperative itself declines (cudaErrorNotSupported), launching nothing and leaving no
   // error behind.
   device_vector<float> dx(g);
@@ -493,6 +546,7 @@ TEST_CASE("cuda topk runs the launches on a device without cooperative launches"
       gz::detail::topk_policy::threads, 0, dev.stream(), dx.data, std::uint64_t{g.size()}, std::uint64_t{1}, hist.data,
       counts.data, sink));
   CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(gradzip_simt::declined_cooperative_launches() == declined + 2);
 }
 #endif
 

@@ -617,6 +617,7 @@ void report_deadlock(block_run& b) {
 }
 
 std::uint64_t launch_counter = 0;
+std::uint64_t declined_cooperative = 0;  // under runtime_mutex
 
 /// Prepares block b's fibers, on the stack pool's stacks [first_stack, first_stack + threads).
 void start_block(block_run& b, std::size_t first_stack) {
@@ -1095,12 +1096,14 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
                                      ? config().max_cooperative_blocks
                                      : static_cast<std::uint64_t>(config().sm_count) * config().blocks_per_sm;
   if (problem.empty() && r.cooperative && !config().cooperative_launch) {
+    ++declined_cooperative;
     return complain(cudaErrorNotSupported, "cooperative launch of " + kernel_name(r.kernel) +
                                                ": the device has no cooperative launches (cudaDevAttrCooperativeLaunch "
                                                "0; cudaErrorNotSupported)");
   }
   if (problem.empty() && r.cooperative && static_cast<std::uint64_t>(r.grid.x) * r.grid.y * r.grid.z > resident) {
     std::ostringstream os;
+    ++declined_cooperative;
     os << "cooperative launch of " << kernel_name(r.kernel) << " with " << r.grid.x * r.grid.y * r.grid.z
        << " blocks: more than the device holds at once (" << resident << "; cudaErrorCooperativeLaunchTooLarge)";
     return complain(cudaErrorCooperativeLaunchTooLarge, os.str());
@@ -1151,6 +1154,11 @@ std::string take_fault() {
   std::string m = std::move(fault_text);
   fault_text.clear();
   return m;
+}
+
+std::uint64_t declined_cooperative_launches() {
+  std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
+  return declined_cooperative;
 }
 
 std::size_t live_device_bytes() {

@@ -27,6 +27,7 @@
 #include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "gradzip/codec.hpp"
@@ -65,6 +66,9 @@ class cuda {
     GRADZIP_CUDA_TRY(cudaGetDevice(&device_));
     GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
     GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&max_grid_, cudaDevAttrMaxGridDimX, device_));
+    int cooperative = 0;
+    GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));
+    cooperative_sms_ = cooperative != 0 ? sm_count_ : 0;
   }
   cuda(const cuda&) = delete;
   cuda& operator=(const cuda&) = delete;
@@ -88,6 +92,25 @@ class cuda {
   int device() const noexcept { return device_; }
   /// The largest grid.x the device accepts.
   int max_grid() const noexcept { return max_grid_; }
+
+  /// The SMs a cooperative launch may fill: sm_count(); 0 on a device without cooperative
+  /// launches (cudaDevAttrCooperativeLaunch 0); fewer once one declined a grid that the
+  /// occupancy said the device holds, as an MPS client or a green context with a share of the
+  /// SMs sees (`cooperative_declined`).
+  int cooperative_sms() const noexcept { return cooperative_sms_; }
+
+  /// Learns from a cooperative launch of `blocks` blocks, `per_sm` of them resident per SM, that
+  /// the device declined: it holds fewer than ceil(blocks / per_sm) SMs' worth, so later grids
+  /// are sized to at most one SM fewer, and a grid that cannot fit is not tried again (a failed
+  /// launch is an API call per compress). Each decline lowers the count below the grid tried, so
+  /// a grid size declines at most once. It changes the executor, as its scratch does: one
+  /// thread at a time.
+  void cooperative_declined(std::uint64_t blocks, int per_sm) noexcept {
+    if (blocks == 0 || per_sm <= 0) return;  // no grid was tried: nothing learned
+    const auto p = static_cast<std::uint64_t>(per_sm);
+    const std::uint64_t fewer = (blocks + p - 1) / p - 1;
+    if (fewer < static_cast<std::uint64_t>(cooperative_sms_)) cooperative_sms_ = static_cast<int>(fewer);
+  }
 
   /// Grows scratch to at least `bytes` (stream-ordered; the old block is freed on the stream).
   void reserve(std::size_t bytes) {
@@ -158,6 +181,7 @@ class cuda {
     std::swap(sm_count_, o.sm_count_);
     std::swap(device_, o.device_);
     std::swap(max_grid_, o.max_grid_);
+    std::swap(cooperative_sms_, o.cooperative_sms_);
     std::swap(order_, o.order_);
   }
 
@@ -169,6 +193,7 @@ class cuda {
   int sm_count_ = 0;
   int device_ = 0;
   int max_grid_ = 1;
+  int cooperative_sms_ = 0;
 };
 
 namespace detail {

@@ -46,6 +46,10 @@ std::string take_fault();
 ///   --simt-max-cooperative=N  --simt-no-cooperative  --simt-list-kernels
 int parse_options(int argc, char** argv);
 
+/// Cooperative launches the backend has declined (cudaErrorNotSupported or
+/// cudaErrorCooperativeLaunchTooLarge) since the process began: whether a caller tried one.
+std::uint64_t declined_cooperative_launches();
+
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).
 std::size_t live_device_bytes();
 

@@ -756,18 +756,12 @@ struct no_phase_marks {
   void operator()(const char*) const {}
 };
 
-/// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its
-/// occupancy per SM (registers and shared memory as compiled) times the SMs, within a grid (0
-/// where the device has no cooperative launches). The
-/// occupancy is asked once per device (devices 0-63) and kept, since it depends only on the
-/// compiled kernel and the device: the query is host time on every call (the select alone did not
-/// time faster with the cache on an H100, so it is off the GPU's critical path there).
+/// Blocks per SM of topk_resident_kernel<T, ..., Sink> (registers and shared memory as
+/// compiled): asked once per device (devices 0-63) and kept, since it depends only on the
+/// compiled kernel and the device (the select alone did not time faster with the cache on an
+/// H100, so the query is off the GPU's critical path there; it is host time on every call).
 template <class T, topk_counting Counting, class Sink>
-std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
-  // None on a device without cooperative launches (asked every call: a lookup in the runtime).
-  int cooperative = 0;
-  GRADZIP_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, exec.device()));
-  if (cooperative == 0) return 0;
+int cuda_topk_resident_per_sm(const cuda& exec) {
   static std::atomic<int> known[64];  // blocks per SM + 1 once asked; 0 before
   const int device = exec.device();
   int per_sm = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) - 1 : -1;
@@ -776,7 +770,16 @@ std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
         &per_sm, topk_resident_kernel<T, key_type_t<T>, Counting, Sink>, topk_policy::threads, 0));
     if (device >= 0 && device < 64) known[device].store(per_sm + 1, std::memory_order_relaxed);
   }
-  const std::uint64_t blocks = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(exec.sm_count());
+  return per_sm;
+}
+
+/// The most blocks of topk_resident_kernel<T, ..., Sink> the device holds at once: its blocks per
+/// SM times the SMs a cooperative launch may fill (`cuda::cooperative_sms`: 0 on a device
+/// without cooperative launches, fewer after a decline), within a grid.
+template <class T, topk_counting Counting, class Sink>
+std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
+  const std::uint64_t blocks = static_cast<std::uint64_t>(cuda_topk_resident_per_sm<T, Counting, Sink>(exec)) *
+                               static_cast<std::uint64_t>(exec.cooperative_sms());
   return std::min(blocks, static_cast<std::uint64_t>(exec.max_grid()));
 }
 
@@ -804,13 +807,16 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   std::byte* base = exec.scratch(l.total);
   const std::uint64_t resident = topk_resident_blocks_for(n);
   // One launch where the grid fits; if the device holds fewer blocks than the occupancy says (an
-  // MPS client), the cooperative launch declines and the launches below run instead.
-  if (n <= resident_up_to && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec) &&
-      launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream,
-                         x.data(), n, k, reinterpret_cast<unsigned*>(base + l.hist),
-                         reinterpret_cast<unsigned long long*>(base + l.block_counts), sink)) {
-    marks("resident");
-    return;
+  // MPS client), the cooperative launch declines, the executor remembers it, and the launches
+  // below run instead.
+  if (n <= resident_up_to && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec)) {
+    if (launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream,
+                           x.data(), n, k, reinterpret_cast<unsigned*>(base + l.hist),
+                           reinterpret_cast<unsigned long long*>(base + l.block_counts), sink)) {
+      marks("resident");
+      return;
+    }
+    exec.cooperative_declined(resident, cuda_topk_resident_per_sm<T, Counting, Sink>(exec));
   }
   auto* state = reinterpret_cast<cuda_topk_state<Key>*>(base);
   auto* hist = reinterpret_cast<unsigned long long*>(base + l.hist);

@@ -1238,7 +1238,14 @@ TEST_CASE("cuda runs values stages written outside the library to the host's byt
     check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::top_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::bottom_level_uniform, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::topk, gradzip_test::bottom_level_uniform>{gz::sparsify::topk::ratio(0.05)}, dev);
-    // Natural compression's fast paths, likewise, unless a derived stage wrote its own encode or decode.
+    // Natural compression's fast paths, likewise, unless a derived stage wrote its own encode or decode
+    // (as nvcc's front end sees the traits; tests/host/test_custom_stages.cpp asserts them for g++).
+    static_assert(gz::detail::has_in_range_encode<gz::quantize::natural<8>> &&
+                  gz::detail::has_in_range_decode<gz::quantize::natural<8>>);
+    static_assert(!gz::detail::has_in_range_encode<gradzip_test::zero_natural> &&
+                  gz::detail::has_in_range_decode<gradzip_test::zero_natural>);
+    static_assert(gz::detail::has_in_range_encode<gradzip_test::half_natural> &&
+                  !gz::detail::has_in_range_decode<gradzip_test::half_natural>);
     check_parity(g, gz::codec<gz::sparsify::none, gradzip_test::zero_natural, gz::encode::none>{{}, gradzip_test::zero_natural{5}}, dev);
     const gz::codec<gz::sparsify::none, gradzip_test::half_natural, gz::encode::none> half_natural{{}, gradzip_test::half_natural{5}};
     check_parity(g, half_natural, dev);

@@ -147,25 +147,23 @@ template <class S, class C>
 using in_range_encode_functions =
     std::conjunction<same_function<&S::encode, &C::encode>, same_function<&S::encode_in_range, &C::encode_in_range>,
                      same_function<&S::in_range_floor, &C::in_range_floor>>;
-template <class Values, class = void>
-struct in_range_encode_of : std::false_type {};
-template <class Values>
-struct in_range_encode_of<Values, std::void_t<in_range_encode_functions<Values, in_range_class_t<Values>>>>
-    : in_range_encode_functions<Values, in_range_class_t<Values>> {};
-template <class Values>
-inline constexpr bool has_in_range_encode = in_range_encode_of<Values>::value;
-
 template <class S, class C>
 using in_range_decode_functions =
     std::conjunction<same_function<&S::decode, &C::decode>, same_function<&S::decode_in_range, &C::decode_in_range>,
                      same_function<&S::in_range_code_floor, &C::in_range_code_floor>>;
-template <class Values, class = void>
-struct in_range_decode_of : std::false_type {};
+
+/// Functions<Values, its in_range_class>, or false where Values names no class or one of the
+/// functions is missing or overloaded (the detection idiom, Functions an alias template).
+template <template <class, class> class Functions, class Values, class = void>
+struct fast_path_of : std::false_type {};
+template <template <class, class> class Functions, class Values>
+struct fast_path_of<Functions, Values, std::void_t<Functions<Values, in_range_class_t<Values>>>>
+    : Functions<Values, in_range_class_t<Values>> {};
+
 template <class Values>
-struct in_range_decode_of<Values, std::void_t<in_range_decode_functions<Values, in_range_class_t<Values>>>>
-    : in_range_decode_functions<Values, in_range_class_t<Values>> {};
+inline constexpr bool has_in_range_encode = fast_path_of<in_range_encode_functions, Values>::value;
 template <class Values>
-inline constexpr bool has_in_range_decode = in_range_decode_of<Values>::value;
+inline constexpr bool has_in_range_decode = fast_path_of<in_range_decode_functions, Values>::value;
 
 /// The values of N codes of one bucket: by `decode_in_range` where the stage has it and every
 /// code qualifies (a vectorized pass over the codes on the host), else by `decode`.

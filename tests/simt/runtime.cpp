@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -69,16 +71,25 @@ struct fiber_stack {
   char* low = nullptr;
   std::size_t size = 0;
   bool clean = true;  // the last fiber on it returned from every frame but its outermost ones
-  fiber_stack() {
+  /// The stack of the pool's thread `index` (for the message if it cannot be mapped).
+  explicit fiber_stack(std::size_t index) {
     const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     void* p = mmap(nullptr, stack_bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-    if (p == MAP_FAILED) {
-      std::fprintf(stderr, "gradzip SIMT: cannot map a fiber stack\n");
+    // Each stack is two mappings (the guard page and the stack), and a cooperative launch holds
+    // every thread of its grid at once: 2 x blocks x threads of them, against the kernel's
+    // vm.max_map_count (65,530 by default, about 32,000 threads).
+    if (p == MAP_FAILED || mprotect(p, page, PROT_NONE) != 0) {
+      const int error = errno;
+      std::fprintf(stderr,
+                   "gradzip SIMT: cannot map the stack of fiber %zu (%s). Each fiber stack is two memory "
+                   "mappings and every thread of a cooperative grid holds one at once: see "
+                   "/proc/sys/vm/max_map_count and ulimit -v, or emulate a smaller device (--simt-sm-count, "
+                   "--simt-blocks-per-sm, --simt-max-cooperative)\n",
+                   index, std::strerror(error));
       std::abort();
     }
     base = static_cast<char*>(p);
-    mprotect(base, page, PROT_NONE);
     low = base + page;
     size = stack_bytes;
   }
@@ -623,7 +634,7 @@ std::uint64_t declined_cooperative = 0;  // under runtime_mutex
 void start_block(block_run& b, std::size_t first_stack) {
   const launch_record& l = *b.launch;
   auto& pool = stack_pool();
-  while (pool.size() < first_stack + b.threads) pool.push_back(std::make_unique<fiber_stack>());
+  while (pool.size() < first_stack + b.threads) pool.push_back(std::make_unique<fiber_stack>(pool.size()));
   for (unsigned t = 0; t < b.threads; ++t) {
     fiber& f = b.fibers[t];
     f = fiber{};

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 
 #include "common/helpers.hpp"
@@ -31,9 +33,101 @@ std::vector<std::uint64_t> checked_selection(const dgc& c, const std::vector<T>&
   }
   return kept;
 }
+
+/// DGC's search written plainly (every round over all of x, as the device does): the sample's
+/// bracket, full histograms until the search decides, then every element with |x| >= tau.
+template <class T>
+std::vector<std::uint64_t> reference_selection(const sparsify::sampled_topk& s, const std::vector<T>& x) {
+  using sparsify::detail::magnitude_key;
+  const std::uint64_t n = x.size(), k = s.target_count(n);
+  if (k == 0) return {};
+  const std::uint64_t size = s.sample_size(n);
+  std::vector<std::uint32_t> keys(size);
+  for (std::uint64_t j = 0; j < size; ++j) {
+    keys[j] = magnitude_key(static_cast<float>(to_float(x[sparsify::sampled_topk::sample_position(s.seed(), n, size, j)])));
+  }
+  std::sort(keys.begin(), keys.end(), std::greater<>());
+  std::uint64_t high = 1, low = 1;
+  sparsify::detail::threshold_search::bracket_ranks(k, n, size, high, low);
+  sparsify::detail::threshold_search state;
+  state.start(keys[high - 1], keys[low - 1], k, n);
+  while (!state.done) {
+    std::vector<std::uint64_t> hist(sparsify::detail::threshold_search::bins + 1, 0);
+    for (const T& v : x) {
+      const int b = state.bin_of(magnitude_key(static_cast<float>(to_float(v))));
+      if (b >= 0) ++hist[static_cast<std::size_t>(b)];
+    }
+    state.decide(hist.data(), k, sparsify::sampled_topk::upper_count(k, n));
+  }
+  float tau;
+  std::memcpy(&tau, &state.tau_key, 4);
+  std::vector<std::uint64_t> kept;
+  sparsify::threshold{tau}.visit_tau<T>([&](auto t) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (sparsify::detail::passes(to_float(x[i]), t)) kept.push_back(i);
+    }
+  });
+  return kept;
+}
+
+float float_of_bits(std::uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 }  // namespace
 
 static_assert(dgc::data_dependent_count && !dgc::summable);
+
+TEST_CASE("sampled top-k selects what the plain search over all of x selects, from its candidate list or not", "[sampled_topk]") {
+  const std::size_t n = 300000;
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 31);
+  const auto check = [](const sparsify::sampled_topk& s, const auto& x) {
+    const auto want = reference_selection(s, x);
+    for (int threads : {1, 2, 3}) {
+      INFO(threads << " threads");
+      host exec(threads);
+      CHECK(test::payload_indices(test::compress(codec<sparsify::sampled_topk>{s}, exec, x)) == want);
+    }
+  };
+  // The candidates (keys >= the first bracket's floor, about 2 k) fit the list (n / 8): one read.
+  check(sparsify::sampled_topk::ratio(0.01), g);
+  check(sparsify::sampled_topk::ratio(0.001, 0.05), g);
+  check(sparsify::sampled_topk::ratio(0.01), std::vector<double>(g.begin(), g.end()));
+  // About 2 k = n / 5 candidates overflow every share: the rounds, count and emit read x.
+  check(sparsify::sampled_topk::ratio(0.1), g);
+  const auto s = sparsify::sampled_topk::ratio(0.05);
+  const std::uint64_t size = s.sample_size(n);
+  // The sample sees only 10s where the rest holds 1s and 1e-3s: the first bracket is too high,
+  // the search goes below the floor, and reads x from there.
+  std::vector<float> fooled(n, 1e-3f);
+  for (std::size_t i = 0; i < n; i += 13) fooled[i] = 1.0f;
+  for (std::uint64_t j = 0; j < size; ++j) fooled[sparsify::sampled_topk::sample_position(s.seed(), n, size, j)] = 10.0f;
+  check(s, fooled);
+  // The floor is a NaN's key and the threshold is capped at the largest finite float, below it:
+  // the infinities pass without being listed, so the count and the emit read x.
+  const auto wide = sparsify::sampled_topk::ratio(0.1);
+  const std::uint64_t wide_size = wide.sample_size(n);
+  std::vector<float> nans = g;
+  std::vector<bool> sampled(n, false);
+  for (std::uint64_t j = 0; j < wide_size; ++j) {
+    const std::uint64_t i = sparsify::sampled_topk::sample_position(wide.seed(), n, wide_size, j);
+    sampled[i] = true;
+    nans[i] = float_of_bits(0x7FC00000u);
+  }
+  std::uint64_t payload_nans = 0, infinities = 0;
+  for (std::size_t i = 0; i < n && payload_nans < wide.target_count(n); ++i) {
+    if (sampled[i]) continue;
+    if (infinities < 100 && i % 7 == 0) {
+      nans[i] = std::numeric_limits<float>::infinity();
+      ++infinities;
+    } else {
+      nans[i] = float_of_bits(0x7FC00001u);  // a larger key than the sample's NaNs
+      ++payload_nans;
+    }
+  }
+  check(wide, nans);
+}
 
 TEST_CASE("sampled top-k keeps between k and 1.2 k of the largest elements", "[sampled_topk]") {
   for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{4097}, std::size_t{300000}, std::size_t{1} << 21}) {

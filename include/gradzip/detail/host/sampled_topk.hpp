@@ -1,5 +1,12 @@
 // structure_backend<host, sparsify::sampled_topk>: the sample's bracket by nth_element, the
-// refinement rounds as parallel histograms, then the threshold stage's count and emit passes.
+// refinement rounds as parallel histograms, then the count and the emit at the threshold found.
+//
+// One read of x where the candidates fit: the first round, which bins every key at or above the
+// bracket's low end (`floor`), also gathers those elements into each chunk's share of a list
+// (index order). Later rounds whose bracket stays at or above the floor, and the count and the
+// emit at a threshold at or above it, then read the list instead of x: every element they look
+// at has a key >= floor. When a share overflows (the list holds n / 8 elements) or the search
+// leaves the floor (the sample's bracket was too high), they read x, as the threshold stage does.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +14,7 @@
 
 #include "gradzip/detail/codec_traits.hpp"
 #include "gradzip/detail/host/threshold.hpp"
+#include "gradzip/detail/topk_select.hpp"
 #include "gradzip/sparsify/sampled_topk.hpp"
 
 namespace gradzip::detail {
@@ -16,12 +24,11 @@ struct structure_backend<host, sparsify::sampled_topk> {
   using search = sparsify::detail::threshold_search;
   using inner = structure_backend<host, sparsify::threshold>;
 
-  /// Scratch: the threshold stage's, then the chosen threshold, the sample's keys, and one
-  /// histogram per chunk.
+  /// Scratch: the threshold stage's, then the chosen threshold, the sample's keys, one histogram
+  /// per chunk, and the candidate list (n / 8 entries of index, value and key: 13-20 bytes each).
   template <class T>
   static std::size_t workspace_bytes(host& exec, std::size_t n) {
-    const layout l = layout_of<T>(exec, n);
-    return l.histograms + chunk_count(exec, n) * (search::bins + 1) * sizeof(std::uint64_t);
+    return layout_of<T>(exec, n).end;
   }
 
   template <class T>
@@ -29,34 +36,68 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const std::uint64_t n = x.size();
     const std::uint64_t k = s.target_count(n);
     const layout l = layout_of<T>(exec, n);
-    std::byte* scratch = exec.scratch(workspace_bytes<T>(exec, n));
+    std::byte* scratch = exec.scratch(l.end);
     double& tau = *reinterpret_cast<double*>(scratch + l.tau);
+    const candidates<T> list = candidates_in<T>(scratch, l);
+    *list.valid = 0;
     if (k == 0) return 0;  // keep nothing (not even NaN)
     search state = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
+    const std::uint32_t floor = state.lo;  // the first round gathers every key >= floor
+    bool listed = false;                  // whether the list holds them all
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");
-      histogram(exec, state, x, hist);
+      if (round == 0) {
+        listed = histogram(exec, state, x, hist, list);
+      } else if (listed && state.lo >= floor) {
+        histogram_listed(state, list, hist);
+      } else {
+        listed = false;
+        histogram(exec, state, x, hist, candidates<T>{});
+      }
       state.decide(hist, k, sparsify::sampled_topk::upper_count(k, n));
     }
     float t;
     std::memcpy(&t, &state.tau_key, 4);
     tau = t;
-    return inner::count(exec, sparsify::threshold{tau}, x);
+    const sparsify::threshold cut{tau};
+    // A key >= tau_key >= floor is listed (tau_key can fall below floor where the floor was
+    // inf's or NaN's key: max_threshold_key caps it).
+    if (!listed || state.tau_key < floor) return inner::count(exec, cut, x);
+    *list.valid = 1;
+    return count_listed(exec, cut, list, reinterpret_cast<std::uint64_t*>(scratch));
   }
 
   template <class T, class Sink>
   static void select(host& exec, const sparsify::sampled_topk&, span<const T> x, std::uint64_t k,
                      const Sink& sink) {
     if (k == 0) return;
-    const double tau = *reinterpret_cast<const double*>(exec.scratch(workspace_bytes<T>(exec, x.size())) +
-                                                        layout_of<T>(exec, x.size()).tau);
-    inner::select(exec, sparsify::threshold{tau}, x, k, sink);
+    const layout l = layout_of<T>(exec, x.size());
+    std::byte* scratch = exec.scratch(l.end);
+    const sparsify::threshold cut{*reinterpret_cast<const double*>(scratch + l.tau)};
+    const candidates<T> list = candidates_in<T>(scratch, l);
+    if (*list.valid == 0) return inner::select(exec, cut, x, k, sink);
+    emit_listed(exec, cut, list, reinterpret_cast<const std::uint64_t*>(scratch), sink);
   }
 
  private:
   struct layout {
-    std::size_t tau = 0, sample = 0, histograms = 0;
+    std::size_t tau = 0, sample = 0, histograms = 0, valid = 0, gathered = 0, index = 0, values = 0, keys = 0,
+                end = 0;
+    std::size_t chunks = 1, room = 0;  // the list: `chunks` shares of `room` entries
+  };
+
+  /// The elements whose keys are at least the first bracket's floor, chunk c's (of `chunks`, as
+  /// the threshold stage splits x) from entry c x room: gathered[c] of them (more than room: it
+  /// overflowed, and the rest were counted, not written). No list where index is null.
+  template <class T>
+  struct candidates {
+    std::uint64_t* valid = nullptr;     // 1 when select reads the list
+    std::uint64_t* gathered = nullptr;  // chunks
+    std::uint64_t* index = nullptr;
+    T* values = nullptr;
+    std::uint32_t* keys = nullptr;
+    std::size_t chunks = 0, room = 0;
   };
 
   template <class T>
@@ -66,7 +107,22 @@ struct structure_backend<host, sparsify::sampled_topk> {
     l.tau = up(inner::workspace_bytes<T>(exec, n));
     l.sample = l.tau + 64;
     l.histograms = up(l.sample + sparsify::sampled_topk::sample_size(n, sparsify::sampled_topk::max_sample_rate) * 4);
+    l.chunks = chunk_count(exec, n);  // the histograms' and the list's chunks, as the threshold stage's
+    l.valid = up(l.histograms + l.chunks * (search::bins + 1) * sizeof(std::uint64_t));
+    l.room = static_cast<std::size_t>(topk_candidate_capacity(n, 4096)) / l.chunks;
+    l.gathered = l.valid + 64;
+    l.index = up(l.gathered + l.chunks * sizeof(std::uint64_t));
+    l.values = up(l.index + l.chunks * l.room * sizeof(std::uint64_t));
+    l.keys = up(l.values + l.chunks * l.room * sizeof(T));
+    l.end = up(l.keys + l.chunks * l.room * sizeof(std::uint32_t));
     return l;
+  }
+
+  template <class T>
+  static candidates<T> candidates_in(std::byte* scratch, const layout& l) {
+    return {reinterpret_cast<std::uint64_t*>(scratch + l.valid), reinterpret_cast<std::uint64_t*>(scratch + l.gathered),
+            reinterpret_cast<std::uint64_t*>(scratch + l.index), reinterpret_cast<T*>(scratch + l.values),
+            reinterpret_cast<std::uint32_t*>(scratch + l.keys), l.chunks, l.room};
   }
 
   /// Step 2: the sample's keys at ranks m / 2 and 2m (nth_element: the same keys a sort gives).
@@ -94,9 +150,12 @@ struct structure_backend<host, sparsify::sampled_topk> {
     return state;
   }
 
-  /// Step 3's pass: per-chunk histograms of the keys in the search's range, summed in hist[0].
+  /// Step 3's pass: per-chunk histograms of the keys in the search's range, summed in hist[0];
+  /// where `list` has an index array, each key >= the range's low end also goes to its chunk's
+  /// share. Returns whether every share held its chunk's keys.
   template <class T>
-  static void histogram(host& exec, const search& state, span<const T> x, std::uint64_t* hist) {
+  static bool histogram(host& exec, const search& state, span<const T> x, std::uint64_t* hist,
+                        const candidates<T>& list) {
     constexpr std::size_t width = search::bins + 1;
     const std::size_t chunks = chunk_count(exec, x.size());
     for_each_chunk(exec, chunks, [&](std::size_t c) {
@@ -105,19 +164,91 @@ struct structure_backend<host, sparsify::sampled_topk> {
       const index_range r = chunk_of(x.size(), chunks, c);
       const search local = state;
       const T* data = x.data();
+      const std::size_t first = c * list.room;
+      std::uint64_t gathered = 0;
       const auto add = [&](std::size_t i) {
-        const int b = local.bin_of(sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i]))));
+        const std::uint32_t key = sparsify::detail::magnitude_key(static_cast<float>(to_float(data[i])));
+        const int b = local.bin_of(key);
         if (b >= 0) ++h[b];
+        if (list.index != nullptr && gathered < list.room) {
+          list.index[first + gathered] = i;
+          list.values[first + gathered] = data[i];
+          list.keys[first + gathered] = key;
+        }
+        ++gathered;
       };
       // Most keys lie below the bracket: only those at or above its low end are binned.
       const auto in_bracket = [&](const T& v) {
         return sparsify::detail::magnitude_key(static_cast<float>(to_float(v))) >= local.lo;
       };
       for_each_match(data, r.begin, r.end, in_bracket, add);
+      if (list.index != nullptr) list.gathered[c] = gathered;
     });
+    sum_histograms(hist, chunks);
+    if (list.index == nullptr) return false;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (list.gathered[c] > list.room) return false;
+    }
+    return true;
+  }
+
+  /// A later round's histogram from the list (a few k entries: one thread).
+  template <class T>
+  static void histogram_listed(const search& state, const candidates<T>& list, std::uint64_t* hist) {
+    std::fill(hist, hist + search::bins + 1, std::uint64_t{0});
+    for (std::size_t c = 0; c < list.chunks; ++c) {
+      const std::uint32_t* keys = list.keys + c * list.room;
+      for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
+        const int b = state.bin_of(keys[e]);
+        if (b >= 0) ++hist[b];
+      }
+    }
+  }
+
+  static void sum_histograms(std::uint64_t* hist, std::size_t chunks) {
+    constexpr std::size_t width = search::bins + 1;
     for (std::size_t c = 1; c < chunks; ++c) {
       for (std::size_t b = 0; b < width; ++b) hist[b] += hist[c * width + b];
     }
+  }
+
+  /// The threshold stage's count, from the list: the listed elements that pass, per chunk into
+  /// counts (where the threshold stage keeps its own, for `emit_listed`).
+  template <class T>
+  static std::uint64_t count_listed(host& exec, const sparsify::threshold& cut, const candidates<T>& list,
+                                    std::uint64_t* counts) {
+    cut.template visit_tau<T>([&](auto t) {
+      for_each_chunk(exec, list.chunks, [&](std::size_t c) {
+        const T* values = list.values + c * list.room;
+        std::uint64_t kept = 0;
+        for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
+          kept += sparsify::detail::passes(to_float(values[e]), t) ? 1 : 0;
+        }
+        counts[c] = kept;
+      });
+    });
+    std::uint64_t total = 0;
+    for (std::size_t c = 0; c < list.chunks; ++c) total += counts[c];
+    return total;
+  }
+
+  /// The threshold stage's emit, from the list: chunk c's passing elements in index order, after
+  /// the counts of chunks < c.
+  template <class T, class Sink>
+  static void emit_listed(host& exec, const sparsify::threshold& cut, const candidates<T>& list,
+                          const std::uint64_t* counts, const Sink& sink) {
+    cut.template visit_tau<T>([&](auto t) {
+      for_each_chunk(exec, list.chunks, [&](std::size_t c) {
+        std::uint64_t pos = 0;
+        for (std::size_t d = 0; d < c; ++d) pos += counts[d];
+        const std::uint64_t* index = list.index + c * list.room;
+        const T* values = list.values + c * list.room;
+        const Sink local = sink;
+        for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
+          if (sparsify::detail::passes(to_float(values[e]), t)) local(pos++, index[e], values[e]);
+        }
+      });
+    });
   }
 };
 

@@ -79,6 +79,23 @@ float float_of_bits(std::uint32_t bits) {
 
 static_assert(dgc::data_dependent_count && !dgc::summable);
 
+TEST_CASE("sampled top-k's stepped sample positions are sample_position's", "[sampled_topk]") {
+  const std::uint64_t huge = (std::uint64_t{1} << 40) + 7;  // j n beyond 64 bits: 128-bit strata
+  for (const auto& [n, s] : {std::pair<std::uint64_t, std::uint64_t>{1000, 1000}, {1000, 7}, {300000, 3000},
+                             {(std::uint64_t{1} << 33) + 5, 85899346}, {huge, huge / 20}}) {
+    for (const std::uint64_t first : {std::uint64_t{0}, s / 3, s - std::min<std::uint64_t>(s, 500)}) {
+      const std::uint64_t last = std::min(s, first + 500);
+      std::uint64_t next = first, mismatches = 0;
+      sparsify::sampled_topk::for_each_sample_position(77, n, s, first, last, [&](std::uint64_t j, std::uint64_t i) {
+        mismatches += j != next++ || i != sparsify::sampled_topk::sample_position(77, n, s, j) ? 1 : 0;
+      });
+      INFO("n " << n << ", s " << s << ", from " << first);
+      CHECK(next == last);
+      CHECK(mismatches == 0);
+    }
+  }
+}
+
 TEST_CASE("sampled top-k selects what the plain search over all of x selects, from its candidate list or not", "[sampled_topk]") {
   const std::size_t n = 300000;
   const auto g = gradzip_tools::synthetic_gradient<float>(n, 31);

@@ -134,10 +134,10 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const std::size_t chunks = chunk_count(exec, size);
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range r = chunk_of(size, chunks, c);
-      for (std::uint64_t j = r.begin; j < r.end; ++j) {
-        const std::uint64_t i = sparsify::sampled_topk::sample_position(s.seed(), n, size, j);
+      sparsify::sampled_topk::for_each_sample_position(s.seed(), n, size, r.begin, r.end,
+                                                       [&](std::uint64_t j, std::uint64_t i) {
         keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[i])));
-      }
+      });
     });
     std::uint64_t high_rank = 1, low_rank = 1;
     search::bracket_ranks(k, n, size, high_rank, low_rank);

@@ -111,9 +111,15 @@ TEST_CASE("sampled top-k selects what the plain search over all of x selects, fr
   check(sparsify::sampled_topk::ratio(0.01), g);
   check(sparsify::sampled_topk::ratio(0.001, 0.05), g);
   check(sparsify::sampled_topk::ratio(0.01), std::vector<double>(g.begin(), g.end()));
-  // About 2 k = n / 5 candidates overflow every share: the rounds, count and emit read x.
+  // About 2 k = n / 5 candidates would overflow the list: it is not gathered, and the rounds,
+  // count and emit read x.
   check(sparsify::sampled_topk::ratio(0.1), g);
-  const auto s = sparsify::sampled_topk::ratio(0.05);
+  // The large values all in the last third: about 2 k = n / 12.5 fit the list, not the last
+  // chunk's share (with 2 or 3 threads), which overflows alone.
+  std::vector<float> late(n, 1e-4f);
+  for (std::size_t i = 2 * n / 3; i < n; ++i) late[i] = g[i];
+  check(sparsify::sampled_topk::ratio(0.04), late);
+  const auto s = sparsify::sampled_topk::ratio(0.04);  // about 2 k candidates: the list is gathered
   const std::uint64_t size = s.sample_size(n);
   // The sample sees only 10s where the rest holds 1s and 1e-3s: the first bracket is too high,
   // the search goes below the floor, and reads x from there.
@@ -123,7 +129,7 @@ TEST_CASE("sampled top-k selects what the plain search over all of x selects, fr
   check(s, fooled);
   // The floor is a NaN's key and the threshold is capped at the largest finite float, below it:
   // the infinities pass without being listed, so the count and the emit read x.
-  const auto wide = sparsify::sampled_topk::ratio(0.1);
+  const auto wide = sparsify::sampled_topk::ratio(0.01, 0.001);  // kept: k + the sample + 100 <= 1.2 k
   const std::uint64_t wide_size = wide.sample_size(n);
   std::vector<float> nans = g;
   std::vector<bool> sampled(n, false);

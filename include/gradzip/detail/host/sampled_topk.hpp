@@ -25,7 +25,7 @@ struct structure_backend<host, sparsify::sampled_topk> {
   using inner = structure_backend<host, sparsify::threshold>;
 
   /// Scratch: the threshold stage's, then the chosen threshold, the sample's keys, one histogram
-  /// per chunk, and the candidate list (n / 8 entries of index, value and key: 13-20 bytes each).
+  /// per chunk, and the candidate list (n / 8 entries of index, value and key: 14-20 bytes each).
   template <class T>
   static std::size_t workspace_bytes(host& exec, std::size_t n) {
     return layout_of<T>(exec, n).end;
@@ -45,10 +45,17 @@ struct structure_backend<host, sparsify::sampled_topk> {
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
     const std::uint32_t floor = state.lo;  // the first round gathers every key >= floor
     bool listed = false;                  // whether the list holds them all
+    // About low_rank n / size keys reach the floor (the sample's key at rank low_rank): where
+    // that would nearly fill the list (k above about n / 20), it is not gathered at all, as the
+    // round would write most of it only to find it overflowed.
+    std::uint64_t high_rank = 1, low_rank = 1;
+    search::bracket_ranks(k, n, s.sample_size(n), high_rank, low_rank);
+    const bool gather = static_cast<uint128>(low_rank) * n / s.sample_size(n) <=
+                        static_cast<uint128>(list.room) * list.chunks * 3 / 4;
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");
       if (round == 0) {
-        listed = histogram(exec, state, x, hist, list);
+        listed = histogram(exec, state, x, hist, gather ? list : candidates<T>{});
       } else if (listed && state.lo >= floor) {
         histogram_listed(state, list, hist);
       } else {
@@ -62,8 +69,10 @@ struct structure_backend<host, sparsify::sampled_topk> {
     tau = t;
     const sparsify::threshold cut{tau};
     // A key >= tau_key >= floor is listed (tau_key can fall below floor where the floor was
-    // inf's or NaN's key: max_threshold_key caps it).
-    if (!listed || state.tau_key < floor) return inner::count(exec, cut, x);
+    // inf's or NaN's key: max_threshold_key caps it). A subnormal tau is left to the x path:
+    // where the FPU flushes subnormals (DAZ), its compare keeps what a key compare would not.
+    constexpr std::uint32_t smallest_normal_key = 0x00800000u;
+    if (!listed || state.tau_key < floor || state.tau_key < smallest_normal_key) return inner::count(exec, cut, x);
     *list.valid = 1;
     return count_listed(exec, cut, list, reinterpret_cast<std::uint64_t*>(scratch));
   }

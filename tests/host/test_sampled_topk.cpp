@@ -81,8 +81,9 @@ static_assert(dgc::data_dependent_count && !dgc::summable);
 
 TEST_CASE("sampled top-k's stepped sample positions are sample_position's", "[sampled_topk]") {
   const std::uint64_t huge = (std::uint64_t{1} << 40) + 7;  // j n beyond 64 bits: 128-bit strata
-  for (const auto& [n, s] : {std::pair<std::uint64_t, std::uint64_t>{1000, 1000}, {1000, 7}, {300000, 3000},
-                             {(std::uint64_t{1} << 33) + 5, 85899346}, {huge, huge / 20}}) {
+  for (const auto& ns : {std::pair<std::uint64_t, std::uint64_t>{1000, 1000}, {1000, 7}, {300000, 3000},
+                          {(std::uint64_t{1} << 33) + 5, 85899346}, {huge, huge / 20}}) {
+    const std::uint64_t n = ns.first, s = ns.second;  // not a structured binding: C++17 lambdas cannot capture one
     for (const std::uint64_t first : {std::uint64_t{0}, s / 3, s - std::min<std::uint64_t>(s, 500)}) {
       const std::uint64_t last = std::min(s, first + 500);
       std::uint64_t next = first, mismatches = 0;

@@ -41,17 +41,15 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const candidates<T> list = candidates_in<T>(scratch, l);
     *list.valid = 0;
     if (k == 0) return 0;  // keep nothing (not even NaN)
-    search state = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
+    const opening first = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
+    search state = first.state;
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
     const std::uint32_t floor = state.lo;  // the first round gathers every key >= floor
     bool listed = false;                  // whether the list holds them all
-    // About low_rank n / size keys reach the floor (the sample's key at rank low_rank): where
-    // that would nearly fill the list (k above about n / 20), it is not gathered at all, as the
-    // round would write most of it only to find it overflowed.
-    std::uint64_t high_rank = 1, low_rank = 1;
-    search::bracket_ranks(k, n, s.sample_size(n), high_rank, low_rank);
-    const bool gather = static_cast<uint128>(low_rank) * n / s.sample_size(n) <=
-                        static_cast<uint128>(list.room) * list.chunks * 3 / 4;
+    // Where the keys expected at or above the floor would nearly fill the list (k above about
+    // n / 20), it is not gathered at all, as the round would write most of it only to find it
+    // overflowed.
+    const bool gather = first.expected_at_floor <= static_cast<uint128>(list.room) * list.chunks * 3 / 4;
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");
       if (round == 0) {
@@ -134,9 +132,16 @@ struct structure_backend<host, sparsify::sampled_topk> {
             reinterpret_cast<std::uint32_t*>(scratch + l.keys), l.chunks, l.room};
   }
 
+  /// The search as the sample starts it, and how many keys of x it expects at or above the
+  /// bracket's low end: that key's rank in the sample, scaled by n / size.
+  struct opening {
+    search state;
+    uint128 expected_at_floor = 0;
+  };
+
   /// Step 2: the sample's keys at ranks m / 2 and 2m (nth_element: the same keys a sort gives).
   template <class T>
-  static search bracket(host& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
+  static opening bracket(host& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
                         std::uint32_t* keys) {
     const std::uint64_t n = x.size();
     const std::uint64_t size = s.sample_size(n);
@@ -154,9 +159,10 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const std::uint32_t low = keys[low_rank - 1];
     std::nth_element(keys, keys + (high_rank - 1), keys + (low_rank - 1), std::greater<>());
     const std::uint32_t high = high_rank == low_rank ? low : keys[high_rank - 1];
-    search state;
-    state.start(high, low, k, n);
-    return state;
+    opening first;
+    first.state.start(high, low, k, n);
+    first.expected_at_floor = static_cast<uint128>(low_rank) * n / size;
+    return first;
   }
 
   /// Step 3's pass: per-chunk histograms of the keys in the search's range, summed in hist[0];
@@ -226,19 +232,12 @@ struct structure_backend<host, sparsify::sampled_topk> {
   template <class T>
   static std::uint64_t count_listed(host& exec, const sparsify::threshold& cut, const candidates<T>& list,
                                     std::uint64_t* counts) {
-    cut.template visit_tau<T>([&](auto t) {
-      for_each_chunk(exec, list.chunks, [&](std::size_t c) {
-        const T* values = list.values + c * list.room;
-        std::uint64_t kept = 0;
-        for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
-          kept += sparsify::detail::passes(to_float(values[e]), t) ? 1 : 0;
-        }
-        counts[c] = kept;
-      });
+    return inner::count_by_chunk<T>(exec, cut, list.chunks, counts, [&](std::size_t c, auto t) {
+      const T* values = list.values + c * list.room;
+      std::uint64_t kept = 0;
+      for (std::uint64_t e = 0; e < list.gathered[c]; ++e) kept += sparsify::detail::passes(to_float(values[e]), t) ? 1 : 0;
+      return kept;
     });
-    std::uint64_t total = 0;
-    for (std::size_t c = 0; c < list.chunks; ++c) total += counts[c];
-    return total;
   }
 
   /// The threshold stage's emit, from the list: chunk c's passing elements in index order, after
@@ -246,17 +245,13 @@ struct structure_backend<host, sparsify::sampled_topk> {
   template <class T, class Sink>
   static void emit_listed(host& exec, const sparsify::threshold& cut, const candidates<T>& list,
                           const std::uint64_t* counts, const Sink& sink) {
-    cut.template visit_tau<T>([&](auto t) {
-      for_each_chunk(exec, list.chunks, [&](std::size_t c) {
-        std::uint64_t pos = 0;
-        for (std::size_t d = 0; d < c; ++d) pos += counts[d];
-        const std::uint64_t* index = list.index + c * list.room;
-        const T* values = list.values + c * list.room;
-        const Sink local = sink;
-        for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
-          if (sparsify::detail::passes(to_float(values[e]), t)) local(pos++, index[e], values[e]);
-        }
-      });
+    inner::emit_by_chunk<T>(exec, cut, list.chunks, counts, [&](std::size_t c, auto t, std::uint64_t pos) {
+      const std::uint64_t* index = list.index + c * list.room;
+      const T* values = list.values + c * list.room;
+      const Sink local = sink;
+      for (std::uint64_t e = 0; e < list.gathered[c]; ++e) {
+        if (sparsify::detail::passes(to_float(values[e]), t)) local(pos++, index[e], values[e]);
+      }
     });
   }
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -25,6 +26,37 @@ std::vector<std::uint64_t> reference_topk(const std::vector<T>& x, std::uint64_t
   order.resize(k);
   std::sort(order.begin(), order.end());
   return order;
+}
+
+/// x with a NaN (key 0x7FC00000) at each of sampled top-k `s`'s sample positions, then, at the other
+/// positions from the start, 100 infinities (every 7th) among target_count(n) NaNs of a larger key:
+/// the sample's bracket floor is a NaN's key, and the threshold, capped at the largest finite
+/// float, lies below it.
+inline std::vector<float> nan_floor_input(const gradzip::sparsify::sampled_topk& s, std::vector<float> x) {
+  const std::uint64_t n = x.size(), size = s.sample_size(n);
+  const auto nan = [](std::uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  std::vector<bool> sampled(n, false);
+  for (std::uint64_t j = 0; j < size; ++j) {
+    const std::uint64_t i = gradzip::sparsify::sampled_topk::sample_position(s.seed(), n, size, j);
+    sampled[i] = true;
+    x[i] = nan(0x7FC00000u);
+  }
+  std::uint64_t nans = 0, infinities = 0;
+  for (std::uint64_t i = 0; i < n && nans < s.target_count(n); ++i) {
+    if (sampled[i]) continue;
+    if (infinities < 100 && i % 7 == 0) {
+      x[i] = std::numeric_limits<float>::infinity();
+      ++infinities;
+    } else {
+      x[i] = nan(0x7FC00001u);
+      ++nans;
+    }
+  }
+  return x;
 }
 
 /// Indices stored in a top-k + COO payload (read through the public reader).

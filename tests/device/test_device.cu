@@ -1686,6 +1686,132 @@ TEST_CASE("cuda compress_async gives compress's bytes and leaves the size on the
   }
 }
 
+/// The candidate list's control words as the last sampled top-k count over n elements of T left them.
+template <class T>
+gz::detail::dgc_list_control last_dgc_list(gz::cuda& dev, std::size_t n) {
+  using backend = gz::detail::structure_backend<gz::cuda, gz::sparsify::sampled_topk>;
+  gz::detail::dgc_list_control c{};
+  GRADZIP_CUDA_TRY(cudaMemcpy(&c, backend::list_control<T>(dev, n), sizeof c, cudaMemcpyDeviceToHost));
+  return c;
+}
+
+/// A selection sink that records each kept element's index at its position.
+struct index_recorder {
+  std::uint64_t* index;
+  __device__ void operator()(std::uint64_t pos, std::uint64_t i, float) const { index[pos] = i; }
+};
+
+/// Sampled top-k's count over x, then its emit after x was zeroed on the device: the kept indices
+/// where the emit read the list, none (the sentinel, all ones) where it read x.
+std::vector<std::uint64_t> emit_after_zeroing(const gz::sparsify::sampled_topk& s, const std::vector<float>& x,
+                                              gz::cuda& dev) {
+  using backend = gz::detail::structure_backend<gz::cuda, gz::sparsify::sampled_topk>;
+  device_vector<float> dx(x);
+  const gz::span<const float> view(dx.data, x.size());
+  const std::uint64_t k = backend::count(dev, s, view);
+  device_vector<std::uint64_t> kept(std::vector<std::uint64_t>(k, ~std::uint64_t{0}));
+  GRADZIP_CUDA_TRY(cudaMemsetAsync(dx.data, 0, x.size() * sizeof(float), dev.stream()));
+  backend::select(dev, s, view, k, index_recorder{kept.data});
+  dev.synchronize();
+  return kept.download();
+}
+
+TEST_CASE("cuda sampled top-k reads its candidate list where it holds the keys, x elsewhere, with the host's bytes", "[gpu]") {
+  REQUIRE_GPU();
+  gz::cuda dev;
+  gz::host host;
+  using dgc = gz::codec<gz::sparsify::sampled_topk>;
+  const std::size_t n = 300000;
+  const std::uint64_t capacity = gz::detail::structure_backend<gz::cuda, gz::sparsify::sampled_topk>::list_capacity(n);
+  constexpr std::uint64_t not_gathered = ~std::uint64_t{0};
+  const auto listed = [&](const std::vector<float>& x, const gz::sparsify::sampled_topk& s) {
+    CHECK(emit_after_zeroing(s, x, dev) == test::payload_indices(test::compress(dgc{s}, host, x)));
+  };
+  const auto from_x = [&](const std::vector<float>& x, const gz::sparsify::sampled_topk& s) {
+    const auto kept = emit_after_zeroing(s, x, dev);
+    CHECK(!kept.empty());
+    CHECK(std::all_of(kept.begin(), kept.end(), [](std::uint64_t i) { return i == ~std::uint64_t{0}; }));
+  };
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 31);
+  // The candidates (keys >= the first bracket's floor, about 2 k) fit the list: one read of x.
+  const auto one = gz::sparsify::sampled_topk::ratio(0.01);
+  for (const auto& s : {one, gz::sparsify::sampled_topk::ratio(0.001, 0.05)}) {
+    check_parity(g, dgc{s}, dev);
+    const auto c = last_dgc_list<float>(dev, n);
+    CHECK(c.gathered >= s.target_count(n));
+    CHECK(c.gathered <= capacity);
+    check_async(g, dgc{s}, dev);
+    CHECK(last_dgc_list<float>(dev, n).gathered == c.gathered);
+    listed(g, s);
+  }
+  check_parity(converted<double>(g), dgc{one}, dev);
+  CHECK(last_dgc_list<double>(dev, n).gathered <= capacity);
+  check_parity(converted<__nv_bfloat16>(g), dgc{one}, dev);
+  CHECK(last_dgc_list<__nv_bfloat16>(dev, n).gathered <= capacity);
+  // About 2 k = n / 5 candidates would overflow it: not gathered; every pass reads x.
+  const auto tenth = gz::sparsify::sampled_topk::ratio(0.1);
+  check_parity(g, dgc{tenth}, dev);
+  CHECK(last_dgc_list<float>(dev, n).gathered == not_gathered);
+  from_x(g, tenth);
+
+  const auto sample_of = [&](const gz::sparsify::sampled_topk& s) {
+    std::vector<std::uint64_t> at(s.sample_size(n));
+    for (std::uint64_t j = 0; j < at.size(); ++j) at[j] = gz::sparsify::sampled_topk::sample_position(s.seed(), n, at.size(), j);
+    return at;
+  };
+  // A second round from the list: the sample's 2s and 0.5s bracket 5,000 values just above 1
+  // (one bin, more than 1.2 k), so the search narrows to [1, 1 + 2^14 ulp), above the floor 0.5.
+  {
+    const auto at = sample_of(one);
+    std::vector<float> band(n, 1e-3f);
+    std::vector<bool> sampled(n, false);
+    for (std::uint64_t j = 0; j < at.size(); ++j) {
+      sampled[at[j]] = true;
+      band[at[j]] = j < 20 ? 2.0f : (j < 60 ? 0.5f : 1e-3f);
+    }
+    std::uint32_t bits = 0x3F800000u;  // 1.0f
+    for (std::size_t i = 0, placed = 0; i < n && placed < 5000; i += 37) {
+      if (sampled[i]) continue;
+      std::memcpy(&band[i], &bits, 4);
+      ++bits;
+      ++placed;
+    }
+    check_parity(band, dgc{one}, dev);
+    const auto c = last_dgc_list<float>(dev, n);
+    CHECK(c.gathered == 5060);  // 20 + 40 sampled, 5,000 placed
+    CHECK(c.floor == 0x3F000000u);  // 0.5's key
+    listed(band, one);
+  }
+  const auto s = gz::sparsify::sampled_topk::ratio(0.04);  // about 2 k = n / 12.5 expected candidates
+  const auto at = sample_of(s);
+  // The sample sees only 10s where the rest holds 1s and 1e-3s: the first bracket is too high,
+  // the search goes below the floor, and the count and the emit read x.
+  std::vector<float> fooled(n, 1e-3f);
+  for (std::size_t i = 0; i < n; i += 13) fooled[i] = 1.0f;
+  for (std::uint64_t i : at) fooled[i] = 10.0f;
+  check_parity(fooled, dgc{s}, dev);
+  CHECK(last_dgc_list<float>(dev, n).gathered <= capacity);  // gathered, not read
+  check_async(fooled, dgc{s}, dev);
+  from_x(fooled, s);
+  // The sample sees only the smallest values: nearly all of x reaches its floor, and the list
+  // overflows (its count says so).
+  std::vector<float> low(n);
+  for (std::size_t i = 0; i < n; ++i) low[i] = g[i] < 0 ? g[i] - 1.0f : g[i] + 1.0f;
+  for (std::uint64_t i : at) low[i] = 1e-3f;
+  check_parity(low, dgc{s}, dev);
+  CHECK(last_dgc_list<float>(dev, n).gathered > capacity);
+  check_async(low, dgc{s}, dev);
+  from_x(low, s);
+  // The floor is a NaN's key and the threshold is capped at the largest finite float, below it:
+  // the infinities pass without being listed, so the count and the emit read x.
+  const auto wide = gz::sparsify::sampled_topk::ratio(0.01, 0.001);  // kept: k + the sample + 100 <= 1.2 k
+  const auto nans = test::nan_floor_input(wide, g);
+  check_parity(nans, dgc{wide}, dev);
+  CHECK(last_dgc_list<float>(dev, n).gathered <= capacity);
+  check_async(nans, dgc{wide}, dev);
+  from_x(nans, wide);
+}
+
 TEST_CASE("cuda hashed top-k equals the host's bytes (index 0 included)", "[gpu]") {
   REQUIRE_GPU();
   gz::cuda dev;

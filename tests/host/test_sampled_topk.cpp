@@ -70,11 +70,6 @@ std::vector<std::uint64_t> reference_selection(const sparsify::sampled_topk& s, 
   return kept;
 }
 
-float float_of_bits(std::uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 }  // namespace
 
 static_assert(dgc::data_dependent_count && !dgc::summable);
@@ -131,25 +126,7 @@ TEST_CASE("sampled top-k selects what the plain search over all of x selects, fr
   // The floor is a NaN's key and the threshold is capped at the largest finite float, below it:
   // the infinities pass without being listed, so the count and the emit read x.
   const auto wide = sparsify::sampled_topk::ratio(0.01, 0.001);  // kept: k + the sample + 100 <= 1.2 k
-  const std::uint64_t wide_size = wide.sample_size(n);
-  std::vector<float> nans = g;
-  std::vector<bool> sampled(n, false);
-  for (std::uint64_t j = 0; j < wide_size; ++j) {
-    const std::uint64_t i = sparsify::sampled_topk::sample_position(wide.seed(), n, wide_size, j);
-    sampled[i] = true;
-    nans[i] = float_of_bits(0x7FC00000u);
-  }
-  std::uint64_t payload_nans = 0, infinities = 0;
-  for (std::size_t i = 0; i < n && payload_nans < wide.target_count(n); ++i) {
-    if (sampled[i]) continue;
-    if (infinities < 100 && i % 7 == 0) {
-      nans[i] = std::numeric_limits<float>::infinity();
-      ++infinities;
-    } else {
-      nans[i] = float_of_bits(0x7FC00001u);  // a larger key than the sample's NaNs
-      ++payload_nans;
-    }
-  }
+  const auto nans = test::nan_floor_input(wide, g);
   check(wide, nans);
 }
 

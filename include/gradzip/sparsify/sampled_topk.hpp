@@ -168,6 +168,9 @@ GRADZIP_HOST_DEVICE inline bool passes(double x, key_threshold t) {
 
 /// The largest finite float's key: a threshold never goes above it (inf and NaN are kept).
 inline constexpr std::uint32_t max_threshold_key = 0x7F7FFFFFu;
+/// The smallest normal float's key. A candidate list serves no threshold below it: where the FPU
+/// flushes subnormals (DAZ, -ftz), the value compare keeps subnormal values under the list's floor.
+inline constexpr std::uint32_t smallest_normal_key = 0x00800000u;
 
 /**
  * The refinement of step 3, the same on both executors: each round histograms the keys in

@@ -51,35 +51,60 @@ __device__ inline auto operand_of(Tau t) {
   return threshold_operand(t);
 }
 
+/// What the count and emit kernels read: `values` [0, n), element e being element index_of(e) of
+/// the tensor. x itself has no index array; sampled top-k's candidate list (index order) has one.
+template <class T>
+struct threshold_view {
+  const T* values;
+  const std::uint64_t* index;
+  std::uint64_t n;
+  __device__ std::uint64_t index_of(std::uint64_t e) const { return index == nullptr ? e : index[e]; }
+};
+
+/// x as a source: its view, with no index array (so index_of folds to e).
+template <class T>
+struct dense_source {
+  const T* x;
+  std::uint64_t n;
+  __device__ threshold_view<T> view() const { return {x, nullptr, n}; }
+};
+
 /// Bit k of the result: whether element first + k of the run (values v) passes `t` (an operand).
 template <class T, class Operand>
-__device__ inline unsigned passing_bits(const T (&v)[8], run_of_8 r, Operand t) {
+__device__ inline unsigned passing_bits(const threshold_view<T>& src, const T (&v)[8], run_of_8 r, Operand t) {
   unsigned bits = 0;
 #pragma unroll
   for (unsigned k = 0; k < 8; ++k) {
-    if (k < r.valid && passes_at(to_float(v[k]), r.first + k, t)) bits |= 1u << k;
+    if (k < r.valid && passes_at(to_float(v[k]), src.index_of(r.first + k), t)) bits |= 1u << k;
   }
   return bits;
 }
 
-template <class T, class Tau>
+/// Tile counts over a source's view. `tiles` covers the largest view the source can give (x's);
+/// tiles past the view's end count 0 without a load.
+template <class T, class Tau, class Source>
 __global__ __launch_bounds__(threshold_tiles::threads)
-void threshold_count_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t tiles, std::uint64_t* tile_counts) {
+void threshold_count_kernel(Source source, Tau t, std::uint64_t tiles, std::uint64_t* tile_counts) {
   using reduce = cub::BlockReduce<unsigned, threshold_tiles::threads>;
   __shared__ typename reduce::TempStorage storage;
   const auto operand = operand_of(t);
+  const threshold_view<T> src = source.view();
   for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const std::uint64_t base = tile * threshold_tiles::tile;
+    if (base >= src.n) {  // the whole block alike
+      if (threadIdx.x == 0) tile_counts[tile] = 0;
+      continue;
+    }
     T v[threshold_tiles::rounds][8] = {};
     run_of_8 runs[threshold_tiles::rounds];
 #pragma unroll
     for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {  // every load first: all in flight
-      runs[r] = threshold_tiles::run_of(base, r, threadIdx.x, n);
-      load_run(x, runs[r].first, runs[r].valid, v[r]);
+      runs[r] = threshold_tiles::run_of(base, r, threadIdx.x, src.n);
+      load_run(src.values, runs[r].first, runs[r].valid, v[r]);
     }
     unsigned kept = 0;
 #pragma unroll
-    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) kept += __popc(passing_bits(v[r], runs[r], operand));
+    for (unsigned r = 0; r < threshold_tiles::rounds; ++r) kept += __popc(passing_bits(src, v[r], runs[r], operand));
     const unsigned total = reduce(storage).Sum(kept);
     if (threadIdx.x == 0) tile_counts[tile] = total;
     __syncthreads();  // the reduction's storage is reused for the next tile
@@ -94,27 +119,28 @@ void threshold_total_kernel(const std::uint64_t* offsets, const std::uint64_t* c
   *total = offsets[tiles - 1] + counts[tiles - 1];
 }
 
-template <class T, class Tau, class Sink>
+template <class T, class Tau, class Source, class Sink>
 __global__ __launch_bounds__(threshold_tiles::threads)
-void threshold_emit_kernel(const T* x, std::uint64_t n, Tau t, std::uint64_t tiles, const std::uint64_t* tile_offsets,
-                           Sink sink) {
+void threshold_emit_kernel(Source source, Tau t, std::uint64_t tiles, const std::uint64_t* tile_offsets, Sink sink) {
   using scan = cub::BlockScan<unsigned, threshold_tiles::threads>;
   __shared__ typename scan::TempStorage storage;
   const auto operand = operand_of(t);  // once: the sink's stores could alias a threshold in memory
+  const threshold_view<T> src = source.view();
   for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const std::uint64_t base = tile * threshold_tiles::tile;
+    if (base >= src.n) continue;  // the whole block alike: nothing to emit
     std::uint64_t pos = tile_offsets[tile];
     for (unsigned r = 0; r < threshold_tiles::rounds; ++r) {
-      const run_of_8 run = threshold_tiles::run_of(base, r, threadIdx.x, n);
+      const run_of_8 run = threshold_tiles::run_of(base, r, threadIdx.x, src.n);
       T v[8] = {};
-      load_run(x, run.first, run.valid, v);
-      const unsigned bits = passing_bits(v, run, operand);
+      load_run(src.values, run.first, run.valid, v);
+      const unsigned bits = passing_bits(src, v, run, operand);
       unsigned rank = 0, round_total = 0;
       scan(storage).ExclusiveSum(static_cast<unsigned>(__popc(bits)), rank, round_total);
       std::uint64_t at = pos + rank;  // threads' runs are in index order, so are their ranks
 #pragma unroll
       for (unsigned k = 0; k < 8; ++k) {
-        if ((bits >> k) & 1u) sink(at++, run.first + k, v[k]);
+        if ((bits >> k) & 1u) sink(at++, src.index_of(run.first + k), v[k]);
       }
       pos += round_total;
       __syncthreads();  // the scan's storage is reused next round
@@ -154,10 +180,16 @@ struct structure_backend<cuda, sparsify::threshold> {
   /// threshold in device memory), its total left in scratch (device memory).
   template <class T, class Tau>
   static const std::uint64_t* count_on_device_with(cuda& exec, span<const T> x, Tau t) {
-    const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_count_kernel<T, Tau>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
-           threshold_tiles::threads, 0, exec.stream(),
-           x.data(), x.size(), t, c.tiles, c.counts);
+    return count_on_device_from<T>(exec, x.size(), dense_source<T>{x.data(), x.size()}, t);
+  }
+
+  /// count_on_device_with over any source whose view holds at most n elements (x's size: the
+  /// tiles and their scratch are n's).
+  template <class T, class Source, class Tau>
+  static const std::uint64_t* count_on_device_from(cuda& exec, std::size_t n, Source source, Tau t) {
+    const count_scratch c = count_scratch_of<T>(exec, n);
+    launch(threshold_count_kernel<T, Tau, Source>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
+           threshold_tiles::threads, 0, exec.stream(), source, t, c.tiles, c.counts);
     void* temp = reinterpret_cast<std::byte*>(c.total) + 256;
     std::size_t temp_bytes = exclusive_sum_bytes(exec, c.tiles);
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, c.counts, c.offsets, c.tiles, exec.stream()));
@@ -183,12 +215,17 @@ struct structure_backend<cuda, sparsify::threshold> {
 
   /// The emit pass after count_on_device_with(t), with the same t.
   template <class T, class Tau, class Sink>
-  static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t, const Sink& sink) {
-    if (x.empty()) return;
-    const count_scratch c = count_scratch_of<T>(exec, x.size());
-    launch(threshold_emit_kernel<T, Tau, Sink>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
-           threshold_tiles::threads, 0,
-           exec.stream(), x.data(), x.size(), t, c.tiles, c.offsets, sink);
+  static void select_with(cuda& exec, span<const T> x, Tau t, std::uint64_t k, const Sink& sink) {
+    select_from<T>(exec, x.size(), dense_source<T>{x.data(), x.size()}, t, k, sink);
+  }
+
+  /// The emit pass after count_on_device_from(n, source, t), with the same arguments.
+  template <class T, class Source, class Tau, class Sink>
+  static void select_from(cuda& exec, std::size_t n, Source source, Tau t, std::uint64_t, const Sink& sink) {
+    if (n == 0) return;
+    const count_scratch c = count_scratch_of<T>(exec, n);
+    launch(threshold_emit_kernel<T, Tau, Source, Sink>, grid_for_units(exec, c.tiles, threshold_policy::blocks_per_sm),
+           threshold_tiles::threads, 0, exec.stream(), source, t, c.tiles, c.offsets, sink);
   }
 
  private:

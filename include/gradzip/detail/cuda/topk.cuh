@@ -425,11 +425,7 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
     if (tile >= tiles) break;
     run_of_8 r[runs];
     T v[runs][8] = {};
-#pragma unroll
-    for (unsigned j = 0; j < runs; ++j) {
-      r[j] = run_at((tile * runs + j) * topk_policy::threads + threadIdx.x, n);
-      load_run(x, r[j].first, r[j].valid, v[j]);
-    }
+    load_tile_runs<topk_policy::threads>(x, n, tile, r, v);
     unsigned kept[2] = {};
 #pragma unroll
     for (unsigned j = 0; j < runs; ++j) {

@@ -111,6 +111,19 @@ __device__ inline void load_run(const T* x, std::uint64_t first, unsigned valid,
   }
 }
 
+/// Thread t's Runs runs of tile `tile` in a compaction of Threads-thread blocks: runs
+/// (tile Runs + j) Threads + t for j < Runs (the tile's first part, then the next), every load
+/// issued before any is used.
+template <unsigned Threads, class T, unsigned Runs>
+__device__ inline void load_tile_runs(const T* x, std::uint64_t n, std::uint64_t tile, run_of_8 (&r)[Runs],
+                                      T (&v)[Runs][8]) {
+#pragma unroll
+  for (unsigned j = 0; j < Runs; ++j) {
+    r[j] = run_at((tile * Runs + j) * Threads + threadIdx.x, n);
+    load_run(x, r[j].first, r[j].valid, v[j]);
+  }
+}
+
 /// x[first + i] <- v[i] for i < valid (at most 8): 16-byte stores when the run is whole and
 /// 16-byte aligned, scalar stores otherwise.
 template <class T>

@@ -67,10 +67,11 @@ struct structure_backend<host, sparsify::sampled_topk> {
     tau = t;
     const sparsify::threshold cut{tau};
     // A key >= tau_key >= floor is listed (tau_key can fall below floor where the floor was
-    // inf's or NaN's key: max_threshold_key caps it). A subnormal tau is left to the x path:
-    // where the FPU flushes subnormals (DAZ), its compare keeps what a key compare would not.
-    constexpr std::uint32_t smallest_normal_key = 0x00800000u;
-    if (!listed || state.tau_key < floor || state.tau_key < smallest_normal_key) return inner::count(exec, cut, x);
+    // inf's or NaN's key: max_threshold_key caps it). A subnormal tau is left to the x path
+    // (smallest_normal_key).
+    if (!listed || state.tau_key < floor || state.tau_key < sparsify::detail::smallest_normal_key) {
+      return inner::count(exec, cut, x);
+    }
     *list.valid = 1;
     return count_listed(exec, cut, list, reinterpret_cast<std::uint64_t*>(scratch));
   }

@@ -100,12 +100,19 @@ class cuda {
   int cooperative_sms() const noexcept { return cooperative_sms_; }
 
   /// Learns from a cooperative launch of `blocks` blocks, `per_sm` of them resident per SM, that
-  /// the device declined: it holds fewer than ceil(blocks / per_sm) SMs' worth, so later grids
-  /// are sized to at most one SM fewer, and a grid that cannot fit is not tried again (a failed
-  /// launch is an API call per compress). Each decline lowers the count below the grid tried, so
-  /// a grid size declines at most once. It changes the executor, as its scratch does: one
-  /// thread at a time.
-  void cooperative_declined(std::uint64_t blocks, int per_sm) noexcept {
+  /// the device declined it, for the reason launch_cooperative returned:
+  /// - cudaErrorNotSupported: no cooperative launches at all (the attribute turned 0 since the
+  ///   executor was made), so none is tried again;
+  /// - otherwise (cudaErrorCooperativeLaunchTooLarge): it holds fewer than ceil(blocks / per_sm)
+  ///   SMs' worth, so later grids are sized to at most one SM fewer, and a grid that cannot fit
+  ///   is not tried again (a failed launch is an API call per compress). Each decline lowers the
+  ///   count below the grid tried, so a grid size declines at most once.
+  /// It changes the executor, as its scratch does: one thread at a time.
+  void cooperative_declined(std::uint64_t blocks, int per_sm, cudaError_t why) noexcept {
+    if (why == cudaErrorNotSupported) {
+      cooperative_sms_ = 0;
+      return;
+    }
     if (blocks == 0 || per_sm <= 0) return;  // no grid was tried: nothing learned
     const auto p = static_cast<std::uint64_t>(per_sm);
     const std::uint64_t fewer = (blocks + p - 1) / p - 1;

@@ -58,16 +58,18 @@ void launch(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads, s
 
 /**
  * A cooperative launch (cudaLaunchCooperativeKernel): every block of the grid is resident at
- * once, so that the kernel may wait for all of them at grid_sync. Returns false, launching
- * nothing and leaving no error behind, when the device cannot hold the grid at once
- * (cudaErrorCooperativeLaunchTooLarge: above cudaOccupancyMaxActiveBlocksPerMultiprocessor x
- * SMs, or fewer SMs than the device has, as an MPS client with an active-thread percentage
- * gets) or has no cooperative launches (cudaErrorNotSupported; cudaDevAttrCooperativeLaunch 0),
- * so the caller can run another way; throws gradzip::cuda_error on any other failure.
+ * once, so that the kernel may wait for all of them at grid_sync. Returns cudaSuccess when it
+ * launched. Returns the reason, launching nothing and leaving no error behind, when the device
+ * cannot hold the grid at once (cudaErrorCooperativeLaunchTooLarge: above
+ * cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs, or fewer SMs than the device has, as an
+ * MPS client with an active-thread percentage gets) or has no cooperative launches
+ * (cudaErrorNotSupported; cudaDevAttrCooperativeLaunch 0), so the caller can run another way
+ * and tell the executor which (`cuda::cooperative_declined`); throws gradzip::cuda_error on
+ * any other failure.
  * In a SIMT build the backend holds every block's threads and releases grid_sync when all arrive.
  */
 template <class... Params, class... Args>
-[[nodiscard]] bool launch_cooperative(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads,
+[[nodiscard]] cudaError_t launch_cooperative(void (*kernel)(Params...), std::uint64_t blocks, unsigned threads,
                                       std::size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   GRADZIP_EXPECTS(blocks <= max_grid_blocks, "launch_cooperative: ", blocks, " blocks exceed a CUDA grid (at most ",
                   max_grid_blocks, ")");
@@ -88,11 +90,11 @@ template <class... Params, class... Args>
 #endif
   if (e == cudaErrorCooperativeLaunchTooLarge || e == cudaErrorNotSupported) {
     (void)cudaGetLastError();  // not sticky: clear it, so the next launch's check does not see it
-    return false;
+    return e;
   }
   GRADZIP_CUDA_TRY(e);
   GRADZIP_CUDA_TRY(cudaGetLastError());
-  return true;
+  return cudaSuccess;
 }
 
 /// The grid-wide barrier of a cooperative launch (cooperative_groups' grid.sync()): every thread

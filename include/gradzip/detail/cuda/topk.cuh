@@ -806,13 +806,15 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
   // MPS client), the cooperative launch declines, the executor remembers it, and the launches
   // below run instead.
   if (n <= resident_up_to && resident <= cuda_topk_resident_blocks<T, Counting, Sink>(exec)) {
-    if (launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream,
+    const cudaError_t declined =
+        launch_cooperative(topk_resident_kernel<T, Key, Counting, Sink>, resident, topk_policy::threads, 0, stream,
                            x.data(), n, k, reinterpret_cast<unsigned*>(base + l.hist),
-                           reinterpret_cast<unsigned long long*>(base + l.block_counts), sink)) {
+                           reinterpret_cast<unsigned long long*>(base + l.block_counts), sink);
+    if (declined == cudaSuccess) {
       marks("resident");
       return;
     }
-    exec.cooperative_declined(resident, cuda_topk_resident_per_sm<T, Counting, Sink>(exec));
+    exec.cooperative_declined(resident, cuda_topk_resident_per_sm<T, Counting, Sink>(exec), declined);
   }
   auto* state = reinterpret_cast<cuda_topk_state<Key>*>(base);
   auto* hist = reinterpret_cast<unsigned long long*>(base + l.hist);

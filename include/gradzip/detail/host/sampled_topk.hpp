@@ -149,10 +149,20 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const std::size_t chunks = chunk_count(exec, size);
     for_each_chunk(exec, chunks, [&](std::size_t c) {
       const index_range r = chunk_of(size, chunks, c);
+      // Each sample is a cache line of its own (n / size elements apart): its load is prefetched
+      // `ahead` samples before it is read, so that many misses are in flight, not a few.
+      constexpr std::uint64_t ahead = 16;
+      std::uint64_t pending[ahead];
+      const auto read = [&](std::uint64_t j) {
+        keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[pending[j % ahead]])));
+      };
       sparsify::sampled_topk::for_each_sample_position(s.seed(), n, size, r.begin, r.end,
                                                        [&](std::uint64_t j, std::uint64_t i) {
-        keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[i])));
+        __builtin_prefetch(x.data() + i);
+        if (j >= r.begin + ahead) read(j - ahead);
+        pending[j % ahead] = i;
       });
+      for (std::uint64_t j = r.end > r.begin + ahead ? r.end - ahead : r.begin; j < r.end; ++j) read(j);
     });
     std::uint64_t high_rank = 1, low_rank = 1;
     search::bracket_ranks(k, n, size, high_rank, low_rank);

@@ -92,6 +92,20 @@ TEST_CASE("sampled top-k's stepped sample positions are sample_position's", "[sa
   }
 }
 
+TEST_CASE("sampled top-k gathers its list where the keys the sample expects at the floor fill at most 3/4 of it", "[sampled_topk]") {
+  using search = sparsify::detail::threshold_search;
+  // n / s = 64; k = 10486 gives m = 164 and the floor at sample rank 328: 20,992 keys expected.
+  const std::uint64_t n = std::uint64_t{1} << 20, s = 16384, k = 10486;
+  std::uint64_t high = 0, low = 0;
+  search::bracket_ranks(k, n, s, high, low);
+  REQUIRE(low == 328);
+  CHECK(search::gather_pays(k, n, s, 27990));   // 3/4 of 27,990 is 20,992.5
+  CHECK(!search::gather_pays(k, n, s, 27989));  // 20,991.75
+  // Everything sampled (k near n): the floor is the sample's last key, n keys expected.
+  CHECK(!search::gather_pays(n - 1, n, s, n / 8));
+  CHECK(search::gather_pays(1, n, s, n / 8));
+}
+
 TEST_CASE("sampled top-k selects what the plain search over all of x selects, from its candidate list or not", "[sampled_topk]") {
   const std::size_t n = 300000;
   const auto g = gradzip_tools::synthetic_gradient<float>(n, 31);

@@ -213,6 +213,18 @@ struct threshold_search {
     low_rank = 2 * m < s ? 2 * m : s;
   }
 
+  /// Whether the first round should gather the keys at or above its bracket's low end (the
+  /// floor) into a list of `capacity` entries. About low_rank n / s keys of x reach the floor (the
+  /// sample's key at rank low_rank). Where that would fill more than 3/4 of the list (k above about
+  /// n / 20), the round would write most of it only to find it overflowed, so it is not gathered.
+  GRADZIP_HOST_DEVICE static bool gather_pays(std::uint64_t k, std::uint64_t n, std::uint64_t s,
+                                              std::uint64_t capacity) {
+    using gradzip::detail::uint128;
+    std::uint64_t high_rank = 1, low_rank = 1;
+    bracket_ranks(k, n, s, high_rank, low_rank);
+    return static_cast<uint128>(low_rank) * n / s <= static_cast<uint128>(capacity) * 3 / 4;
+  }
+
   /// Histogram bin of a key: -1 below lo, `bins` above hi.
   GRADZIP_HOST_DEVICE int bin_of(std::uint32_t key) const {
     if (key > hi) return static_cast<int>(bins);

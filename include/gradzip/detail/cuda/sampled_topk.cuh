@@ -275,11 +275,7 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
     // All ones: no list, until the gather's last tile writes its count.
     GRADZIP_CUDA_TRY(cudaMemsetAsync(control, 0xFF, sizeof(dgc_list_control), stream));
     launch(search_start_kernel<>, 1, 1, 0, stream, sorted, size, k, n, state);
-    // About low_rank n / size keys reach the floor (the sample's key at rank low_rank): where that
-    // would nearly fill the list (k above about n / 20), it is not gathered, as on the host.
-    std::uint64_t high_rank = 1, low_rank = 1;
-    sampled_search::bracket_ranks(k, n, size, high_rank, low_rank);
-    const bool gather = static_cast<uint128>(low_rank) * n / size <= static_cast<uint128>(list.capacity) * 3 / 4;
+    const bool gather = sampled_search::gather_pays(k, n, size, list.capacity);
     if (gather) GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + l.ticket, 0, l.index - l.ticket, stream));
     const std::uint64_t cap = sparsify::sampled_topk::upper_count(k, n);
     for (int round = 0; round < sampled_search::max_rounds; ++round) {

@@ -41,15 +41,11 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const candidates<T> list = candidates_in<T>(scratch, l);
     *list.valid = 0;
     if (k == 0) return 0;  // keep nothing (not even NaN)
-    const opening first = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
-    search state = first.state;
+    search state = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
     const std::uint32_t floor = state.lo;  // the first round gathers every key >= floor
     bool listed = false;                  // whether the list holds them all
-    // Where the keys expected at or above the floor would nearly fill the list (k above about
-    // n / 20), it is not gathered at all, as the round would write most of it only to find it
-    // overflowed.
-    const bool gather = first.expected_at_floor <= static_cast<uint128>(list.room) * list.chunks * 3 / 4;
+    const bool gather = search::gather_pays(k, n, s.sample_size(n), list.room * list.chunks);
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");
       if (round == 0) {
@@ -133,16 +129,9 @@ struct structure_backend<host, sparsify::sampled_topk> {
             reinterpret_cast<std::uint32_t*>(scratch + l.keys), l.chunks, l.room};
   }
 
-  /// The search as the sample starts it, and how many keys of x it expects at or above the
-  /// bracket's low end: that key's rank in the sample, scaled by n / size.
-  struct opening {
-    search state;
-    uint128 expected_at_floor = 0;
-  };
-
   /// Step 2: the sample's keys at ranks m / 2 and 2m (nth_element: the same keys a sort gives).
   template <class T>
-  static opening bracket(host& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
+  static search bracket(host& exec, const sparsify::sampled_topk& s, span<const T> x, std::uint64_t k,
                         std::uint32_t* keys) {
     const std::uint64_t n = x.size();
     const std::uint64_t size = s.sample_size(n);
@@ -170,10 +159,9 @@ struct structure_backend<host, sparsify::sampled_topk> {
     const std::uint32_t low = keys[low_rank - 1];
     std::nth_element(keys, keys + (high_rank - 1), keys + (low_rank - 1), std::greater<>());
     const std::uint32_t high = high_rank == low_rank ? low : keys[high_rank - 1];
-    opening first;
-    first.state.start(high, low, k, n);
-    first.expected_at_floor = static_cast<uint128>(low_rank) * n / size;
-    return first;
+    search state;
+    state.start(high, low, k, n);
+    return state;
   }
 
   /// Step 3's pass: per-chunk histograms of the keys in the search's range, summed in hist[0];

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 
 #include "gradzip/core/config.hpp"
 
@@ -85,6 +86,48 @@ __device__ inline std::uint64_t tile_lookback(std::uint64_t* words, std::uint64_
   }
   if (lane == 0) publish_status(words + tile, tile_status::inclusive | (sum + aggregate));
   return sum;
+}
+
+/// Where a compaction tile's kept elements go (`rank_tile`): `first(j)` is the position of the
+/// calling thread's first kept element of its run j, in index order over all tiles.
+struct tile_ranks {
+  std::uint64_t base;  // the count kept in all earlier tiles
+  std::uint64_t rank;  // the thread's exclusive (run 1 << 32 | run 0) pair in the tile
+  std::uint64_t half;  // the count kept in the tile's first half
+
+  __device__ std::uint64_t first(unsigned j) const { return base + (j == 0 ? rank & 0xFFFFFFFFu : half + (rank >> 32)); }
+};
+
+/**
+ * Ranks a compaction tile of up to two runs of 8 per thread, thread t's runs being the tile's
+ * runs t (first half) and Threads + t (second half): `kept[j]` marks the kept elements of run j,
+ * so a half keeps at most 8 Threads (far below the 2^32 its half of the pair holds). One block
+ * scan of the pairs (run 1's count << 32 | run 0's) ranks both halves in index order, and warp
+ * 0's look-back (`tile_lookback`) publishes the tile's count in `status` and returns the count
+ * kept in all earlier tiles, which thread 0 passes through `base` (shared). On the last tile
+ * (`tiles - 1`), thread 0 calls `on_last(count)` with the count kept in every tile.
+ *
+ * Every thread of the block calls it, with blockDim.x == Threads (at least 32), `tile` from
+ * `claim_tile` and status[0 .. tiles) zeroed before the launch. It ends with a barrier, after
+ * which the returned ranks hold; the caller needs another before it reuses `scan` or `base`.
+ */
+template <unsigned Threads, class OnLast>
+__device__ inline tile_ranks rank_tile(typename cub::BlockScan<std::uint64_t, Threads>::TempStorage& scan,
+                                       std::uint64_t& base, std::uint64_t* status, std::uint64_t tile,
+                                       std::uint64_t tiles, const unsigned (&kept)[2], OnLast on_last) {
+  std::uint64_t rank = 0, total = 0;
+  cub::BlockScan<std::uint64_t, Threads>(scan).ExclusiveSum(
+      (std::uint64_t(__popc(kept[1])) << 32) | std::uint64_t(__popc(kept[0])), rank, total);
+  const std::uint64_t half = total & 0xFFFFFFFFu, all = half + (total >> 32);
+  if (threadIdx.x < 32) {  // warp 0 walks back
+    const std::uint64_t before = tile_lookback(status, tile, all);
+    if (threadIdx.x == 0) {
+      base = before;
+      if (tile == tiles - 1) on_last(before + all);
+    }
+  }
+  __syncthreads();
+  return {base, rank, half};
 }
 
 }  // namespace gradzip::detail

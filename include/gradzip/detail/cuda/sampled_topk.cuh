@@ -130,21 +130,12 @@ void search_gather_kernel(const T* x, std::uint64_t n, const sampled_search* sta
         }
       }
     }
-    std::uint64_t rank = 0, total = 0;  // (run 1's count << 32) | run 0's; at most 2,048 each
-    scan_t(scan_storage).ExclusiveSum((std::uint64_t(__popc(kept[1])) << 32) | std::uint64_t(__popc(kept[0])), rank,
-                                      total);
-    const std::uint64_t half = total & 0xFFFFFFFFu, all = half + (total >> 32);
-    if (threadIdx.x < 32) {  // warp 0 walks back
-      const std::uint64_t before = tile_lookback(status, tile, all);
-      if (threadIdx.x == 0) {
-        tile_base = before;
-        if (tile == tiles - 1) *control = dgc_list_control{before + all, st.lo};
-      }
-    }
-    __syncthreads();
+    const tile_ranks ranks = rank_tile<gather_policy::threads>(
+        scan_storage, tile_base, status, tile, tiles, kept,
+        [&](std::uint64_t count) { *control = dgc_list_control{count, st.lo}; });
 #pragma unroll
     for (unsigned j = 0; j < runs; ++j) {
-      std::uint64_t at = tile_base + (j == 0 ? rank & 0xFFFFFFFFu : half + (rank >> 32));
+      std::uint64_t at = ranks.first(j);
 #pragma unroll
       for (unsigned k = 0; k < 8; ++k) {
         if ((kept[j] >> k) & 1u) {

@@ -410,7 +410,6 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
                          radix_digit next, unsigned long long* hist, std::uint64_t* status) {
   constexpr unsigned runs = topk_compact_runs<T>;
   static_assert(runs == 1 || runs == 2, "topk_compact_kernel: a pair of 32-bit counts per thread");
-  using scan_t = cub::BlockScan<std::uint64_t, topk_policy::threads>;
   if (!Sampled && st->sampled != 0) return;
   __shared__ unsigned bins[topk_digit_bins];
   __shared__ topk_tile_storage s;
@@ -437,20 +436,11 @@ void topk_compact_kernel(const T* x, std::uint64_t n, topk_list<T> list, cuda_to
         add_digit<Counting>(bins, keep && count_next ? digit_of(key, prefix, mask, next) : topk_no_digit);
       }
     }
-    std::uint64_t rank = 0, total = 0;  // (run 1's count << 32) | run 0's count; at most 2,048 each
-    scan_t(s.scan).ExclusiveSum((std::uint64_t(__popc(kept[1])) << 32) | std::uint64_t(__popc(kept[0])), rank, total);
-    const std::uint64_t half = total & 0xFFFFFFFFu, all = half + (total >> 32);
-    if (threadIdx.x < 32) {  // warp 0 walks back
-      const std::uint64_t before = tile_lookback(status, tile, all);
-      if (threadIdx.x == 0) {
-        s.base[0] = before;
-        if (tile == tiles - 1) st->candidates = before + all;
-      }
-    }
-    __syncthreads();
+    const tile_ranks ranks = rank_tile<topk_policy::threads>(s.scan, s.base[0], status, tile, tiles, kept,
+                                                              [&](std::uint64_t count) { st->candidates = count; });
 #pragma unroll
     for (unsigned j = 0; j < runs; ++j) {
-      const std::uint64_t at_run = s.base[0] + (j == 0 ? rank & 0xFFFFFFFFu : half + (rank >> 32));
+      const std::uint64_t at_run = ranks.first(j);
 #pragma unroll 1
       for (unsigned bits = kept[j]; bits != 0; bits &= bits - 1) {  // about 1.1 k / n of the elements
         const unsigned k = static_cast<unsigned>(__ffs(static_cast<int>(bits)) - 1);

@@ -1746,6 +1746,9 @@ TEST_CASE("cuda sampled top-k reads its candidate list where it holds the keys, 
     CHECK(last_dgc_list<float>(dev, n).gathered == c.gathered);
     listed(g, s);
   }
+  // No count over 64 n elements ran: the accessor throws instead of growing the scratch.
+  CHECK_THROWS_AS(last_dgc_list<float>(dev, 64 * n), gz::invalid_argument);
+  CHECK(last_dgc_list<float>(dev, n).gathered <= capacity);
   check_parity(converted<double>(g), dgc{one}, dev);
   CHECK(last_dgc_list<double>(dev, n).gathered <= capacity);
   check_parity(converted<__nv_bfloat16>(g), dgc{one}, dev);

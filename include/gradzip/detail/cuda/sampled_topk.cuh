@@ -297,11 +297,15 @@ struct structure_backend<cuda, sparsify::sampled_topk> {
                           k, sink);
   }
 
-  /// Where the last count over n elements left the list's control words (device memory): tests
-  /// read which source served the count and the emit.
+  /// Where the last count over n elements of T left the list's control words (device memory):
+  /// tests read which source served the count and the emit. Asked for a larger layout than the
+  /// scratch holds (no such count ran), it throws rather than grow the scratch and lose the words.
   template <class T>
   static const dgc_list_control* list_control(cuda& exec, std::size_t n) {
     const layout l = layout_of<T>(exec, n);
+    GRADZIP_EXPECTS(l.end <= exec.scratch_capacity(), "sampled_topk list_control: no count over ", n,
+                    " elements ran on this executor (its scratch holds ", exec.scratch_capacity(),
+                    " bytes, the layout needs ", l.end, ")");
     return reinterpret_cast<const dgc_list_control*>(exec.scratch(l.end) + l.control);
   }
 

@@ -326,6 +326,8 @@ TEST_CASE("natural decoding takes the in-range decode group by group", "[natural
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + static_cast<float>(i % 5) / 8, -10 - static_cast<int>(i % 40));
   x[40] = std::ldexp(1.0f, -133);
   x[41] = -std::ldexp(1.5f, -148);
+  // The floor's neighbour: 2^-127 has c = 10, one below in_range_code_floor (11), in its own group.
+  x[100] = std::ldexp(1.0f, -127);
   for (std::uint32_t step = 0; step < 20; ++step) {
     const auto out = round_trip(dense<nat>{{}, nat{8}}, x, {step, 1});
     for (std::size_t i = 0; i < x.size(); ++i) {

@@ -165,21 +165,33 @@ inline constexpr bool has_in_range_encode = fast_path_of<in_range_encode_functio
 template <class Values>
 inline constexpr bool has_in_range_decode = fast_path_of<in_range_decode_functions, Values>::value;
 
-/// The values of N codes of one bucket: by `decode_in_range` where the stage has it and every
-/// code qualifies (a vectorized pass over the codes on the host), else by `decode`.
-template <class Values, class Code, int N>
-GRADZIP_HOST_DEVICE inline void decode_codes(const Code (&code)[N], const typename Values::record& record,
-                                             float (&value)[N]) {
+/// The values of N codes of one bucket, each handed to `use(l, value)` as it is made: by
+/// `decode_in_range` where the stage has it and every code qualifies (a vectorized pass over the
+/// codes on the host), else by `decode`.
+template <class Values, class Code, int N, class Use>
+GRADZIP_HOST_DEVICE inline void for_each_decoded(const Code (&code)[N], const typename Values::record& record,
+                                                 Use use) {
   if constexpr (has_in_range_decode<Values>) {
-    const unsigned floor = Values::in_range_code_floor(record);
-    unsigned outside = 0;
-    for (int l = 0; l < N; ++l) outside |= static_cast<unsigned>((code[l] >> 1) - 1u < floor - 1u);
+    // (c - 1 < floor - 1: c = 0 wraps to the top) in the codes' own width, so that the host's
+    // check of 32 byte codes is one vector, not four of 32-bit lanes. floor <= L + 1 fits it.
+    const auto floor = static_cast<Code>(Values::in_range_code_floor(record));
+    Code outside = 0;
+    for (int l = 0; l < N; ++l) {
+      outside |= static_cast<Code>(static_cast<Code>((code[l] >> 1) - 1u) < static_cast<Code>(floor - 1u));
+    }
     if (outside == 0) {
-      for (int l = 0; l < N; ++l) value[l] = Values::decode_in_range(code[l], record);
+      for (int l = 0; l < N; ++l) use(l, Values::decode_in_range(code[l], record));
       return;
     }
   }
-  for (int l = 0; l < N; ++l) value[l] = Values::decode(code[l], record);
+  for (int l = 0; l < N; ++l) use(l, Values::decode(code[l], record));
+}
+
+/// The values of N codes of one bucket (`for_each_decoded`), into `value`.
+template <class Values, class Code, int N>
+GRADZIP_HOST_DEVICE inline void decode_codes(const Code (&code)[N], const typename Values::record& record,
+                                             float (&value)[N]) {
+  for_each_decoded<Values>(code, record, [&](int l, float v) { value[l] = v; });
 }
 
 /// 1 unless v is 0, or finite with magnitude bits at least `floor` (> 0): an integer, not a

@@ -427,10 +427,20 @@ struct values_backend<host> {
       const auto record = Values::load_record(scales, q * 32 / Values::bucket);
       typename Values::code_type code[32];
       unpack_32(codes + q * Values::bits * 4, Values::bits, code);
-      float value[32];
-      decode_codes<Values>(code, record, value);
       const std::uint64_t j0 = q * 32;
       const int n = static_cast<int>(std::min<std::uint64_t>(32, count - j0));
+      // A whole dense group decodes straight into its accumulation, one loop: through value[],
+      // the decode's 256-bit stores were reloaded 512 bits at a time by the accumulation (built
+      // for AVX-512), loads that cannot forward from two stores in flight. 0.74-0.91x the time.
+      if constexpr (std::is_same_v<ScaleOf, std::nullptr_t> && std::is_same_v<IndexOf, identity_index>) {
+        if (n == 32) {
+          T* y = out + j0;
+          for_each_decoded<Values>(code, record, [&](int l, float v) { accumulate(y[l], v, alpha); });
+          continue;
+        }
+      }
+      float value[32];
+      decode_codes<Values>(code, record, value);
       if constexpr (!std::is_same_v<ScaleOf, std::nullptr_t>) {
         for (int l = 0; l < n; ++l) accumulate(out[index_of(j0 + l)], value[l] * scale_of(j0 + l), alpha);
       } else if constexpr (std::is_same_v<IndexOf, identity_index>) {

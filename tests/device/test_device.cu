@@ -459,7 +459,7 @@ TEST_CASE("cuda topk falls back to launches when the device declines the coopera
   REQUIRE(dev.cooperative_sms() == 4);  // the attribute promises every SM
   // Blocks per SM as the backend answers (--simt-blocks-per-sm); the device now holds one SM's
   // worth at once, fewer than occupancy x SMs promise.
-  const int p = gz::detail::cuda_topk_resident_per_sm<float, topk_counting::per_element, sink>(dev);
+  const int p = gz::detail::cuda_topk_resident_per_sm<float, topk_counting::per_element, sink>();
   REQUIRE(p >= 1);
   REQUIRE((2 * static_cast<std::uint64_t>(p) + 1) * gz::detail::topk_resident_tile <= gz::detail::cuda_topk_resident_max);
   gradzip_simt::config().max_cooperative_blocks = static_cast<unsigned>(p);

@@ -746,10 +746,14 @@ struct no_phase_marks {
 /// compiled): asked once per device (devices 0-63) and kept, since it depends only on the
 /// compiled kernel and the device (the select alone did not time faster with the cache on an
 /// H100, so the query is off the GPU's critical path there; it is host time on every call).
+/// The answer is kept under the current device, the one the query measures (and the launch
+/// runs on), not under exec.device(): a call made while another device is current must not
+/// leave that device's answer for the executor's.
 template <class T, topk_counting Counting, class Sink>
-int cuda_topk_resident_per_sm(const cuda& exec) {
+int cuda_topk_resident_per_sm() {
   static std::atomic<int> known[64];  // blocks per SM + 1 once asked; 0 before
-  const int device = exec.device();
+  int device = -1;
+  GRADZIP_CUDA_TRY(cudaGetDevice(&device));
   int per_sm = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) - 1 : -1;
   if (per_sm < 0) {
     GRADZIP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -764,7 +768,7 @@ int cuda_topk_resident_per_sm(const cuda& exec) {
 /// without cooperative launches, fewer after a decline), within a grid.
 template <class T, topk_counting Counting, class Sink>
 std::uint64_t cuda_topk_resident_blocks(const cuda& exec) {
-  const std::uint64_t blocks = static_cast<std::uint64_t>(cuda_topk_resident_per_sm<T, Counting, Sink>(exec)) *
+  const std::uint64_t blocks = static_cast<std::uint64_t>(cuda_topk_resident_per_sm<T, Counting, Sink>()) *
                                static_cast<std::uint64_t>(exec.cooperative_sms());
   return std::min(blocks, static_cast<std::uint64_t>(exec.max_grid()));
 }
@@ -804,7 +808,7 @@ void cuda_topk(cuda& exec, span<const T> x, std::uint64_t k, const Sink& sink, M
       marks("resident");
       return;
     }
-    exec.cooperative_declined(resident, cuda_topk_resident_per_sm<T, Counting, Sink>(exec), declined);
+    exec.cooperative_declined(resident, cuda_topk_resident_per_sm<T, Counting, Sink>(), declined);
   }
   auto* state = reinterpret_cast<cuda_topk_state<Key>*>(base);
   auto* hist = reinterpret_cast<unsigned long long*>(base + l.hist);

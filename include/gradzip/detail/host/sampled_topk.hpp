@@ -44,7 +44,7 @@ struct structure_backend<host, sparsify::sampled_topk> {
     search state = bracket(exec, s, x, k, reinterpret_cast<std::uint32_t*>(scratch + l.sample));
     auto* hist = reinterpret_cast<std::uint64_t*>(scratch + l.histograms);
     const std::uint32_t floor = state.lo;  // the first round gathers every key >= floor
-    bool listed = false;                  // whether the list holds them all
+    bool listed = false;                   // whether the list holds them all
     const bool gather = search::gather_pays(k, n, s.sample_size(n), list.room * list.chunks);
     for (int round = 0; !state.done; ++round) {
       GRADZIP_EXPECTS(round < search::max_rounds, "sampled_topk: the threshold search did not converge");

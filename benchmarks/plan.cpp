@@ -136,7 +136,7 @@ cost_model make_model(const settings& s, double gbps) {
                            : gradzip::comm::link_model{5e-6, gbps / 8 * 1e9, 1e-6};
   if (!s.link.empty()) {
     const json link = json::parse(read_text(s.link)).at("network");
-    m.network = {link.at("latency_s").number(), link.at("bytes_per_s").number(), link.at("message_s").number()};
+    m.network = {link.number_at("latency_s"), link.number_at("bytes_per_s"), link.number_at("message_s")};
   }
   m.pcie = {10e-6, 1.0 / 25e9};
   return m;
@@ -252,7 +252,7 @@ int main(int argc, char** argv) try {
     throw std::invalid_argument("gradzip_plan: --model must be resnet50, bert-base or mlp, got '" + s.model + "'");
   }
   std::vector<double> speeds = s.gbps;
-  if (!s.link.empty()) speeds = {8e-9 * json::parse(read_text(s.link)).at("network").at("bytes_per_s").number()};
+  if (!s.link.empty()) speeds = {8e-9 * json::parse(read_text(s.link)).at("network").number_at("bytes_per_s")};
   workload w;
   w.sizes = gradzip_tools::backprop_order(params);
   w.backward_s = gradzip_tools::backward_seconds(params, samples, s.tflops * 1e12);

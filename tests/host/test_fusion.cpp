@@ -78,6 +78,12 @@ TEST_CASE("fusion::layout rejects bad group starts, naming them", "[fusion]") {
   CHECK_THROWS_WITH(fusion::layout(sizes, {0, 7}), Contains("group 1 starts at tensor 7, but there are 7 tensors"));
   CHECK_THROWS_WITH(fusion::layout::by_elements(sizes, 0), Contains("min_elements must be >= 1, got 0"));
   CHECK_THROWS_WITH(fusion::layout(sizes).group_size(1), Contains("group 1 of 1"));
+  // Tensors too: a gradzip::invalid_argument naming the tensor, not std::out_of_range.
+  CHECK(fusion::layout(sizes).offset(7) == 7488);  // the end
+  CHECK_THROWS_AS(fusion::layout(sizes).offset(8), gradzip::invalid_argument);
+  CHECK_THROWS_WITH(fusion::layout(sizes).offset(8), Contains("tensor 8 of 7"));
+  CHECK_THROWS_AS(fusion::layout(sizes).size(7), gradzip::invalid_argument);
+  CHECK_THROWS_WITH(fusion::layout(sizes).size(7), Contains("tensor 7 of 7"));
 }
 
 TEST_CASE("fusion::flat_buffer views each tensor and group inside one allocation", "[fusion]") {

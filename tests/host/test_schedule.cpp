@@ -2,6 +2,8 @@
 // hand-computed timelines, the planners against exhaustive search.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <random>
 
 #include "gradzip/schedule/planner.hpp"
@@ -206,6 +208,19 @@ TEST_CASE("json reads and writes what the scheduler's files hold, and names what
   CHECK_THROWS_WITH(json::parse("\"abc"), Contains("an unterminated string"));
   CHECK_THROWS_WITH(v.at("zz"), Contains("no key \"zz\""));
   CHECK_THROWS_WITH(v.at("b").number(), Contains("number needs a number, the value is a string"));
+  // Typed lookups name the key.
+  CHECK(v.array_at("a").size() == 4);
+  CHECK(v.text_at("b") == v.at("b").text());
+  CHECK_THROWS_WITH(v.number_at("b"), Contains("json: \"b\" must be a number, got a string"));
+  CHECK_THROWS_WITH(v.array_at("c"), Contains("json: \"c\" must be an array, got an object"));
+  CHECK_THROWS_WITH(v.boolean_or("a", false), Contains("json: \"a\" must be a boolean, got an array"));
+  CHECK(v.boolean_or("zz", true));
+  CHECK(v.at("c").size() == 0);
+  CHECK_THROWS_WITH(v.at("c").items(), Contains("items needs an array, the value is an object"));
+  // A key twice in one object: neither value is taken.
+  CHECK_THROWS_WITH(json::parse(R"({"ranks": 8, "x": {}, "ranks": 64})"),
+                    Contains("the key \"ranks\" appears twice in one object, again at byte 22"));
+  CHECK(json::parse(R"({"a": {"k": 1}, "b": {"k": 2}})").at("b").number_at("k") == 2);  // per object
 }
 
 TEST_CASE("simulate: the sparse route adds its own calibrated work before the network", "[schedule]") {
@@ -248,4 +263,81 @@ TEST_CASE("cost models and plans go to JSON and back", "[schedule]") {
                     Contains("not summable"));
   CHECK_THROWS_WITH(cost_model_from_json(json::parse(R"({"codecs": [{"name": "x", "ratio": 1, "density": 0}]})")),
                     Contains("codec 'x' has ratio 1, fixed 0 and density 0"));
+}
+
+TEST_CASE("cost models read from JSON are checked, naming the key or the field", "[schedule]") {
+  const auto read = [](const std::string& text) { return cost_model_from_json(json::parse(text)); };
+  const std::string fp32 = R"({"name": "fp32", "ratio": 1, "summable": true, "identity": true})";
+  CHECK(read(R"({"ranks": 8, "codecs": [)" + fp32 + "]}").ranks == 8);
+  // ranks: a whole number in [1, 2^20], not truncated, not converted out of int's range.
+  CHECK_THROWS_WITH(read(R"({"ranks": 8.9, "codecs": []})"), Contains("ranks must be a whole number in [1, 1048576], got 8.9"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 1e10, "codecs": []})"), Contains("got 1e+10"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 2147483647, "codecs": []})"), Contains("got 2.14748e+09"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 0, "codecs": []})"), Contains("got 0"));
+  CHECK_THROWS_WITH(read(R"({"ranks": "8", "codecs": []})"), Contains("json: \"ranks\" must be a number, got a string"));
+  // Negative costs would let a plan gain time by running more stages.
+  CHECK_THROWS_WITH(read(R"({"pcie": {"alpha": -1, "beta": 1e-9}, "codecs": []})"),
+                    Contains("cost model: pcie must be unknown (NaN) or two finite costs >= 0, got alpha -1 and beta 1e-09"));
+  CHECK_THROWS_WITH(read(R"({"codecs": [{"name": "topk1", "ratio": 0.02, "host_compress": {"alpha": -5, "beta": 0}}]})"),
+                    Contains("cost model: codec 'topk1': host_compress must be unknown (NaN) or two finite costs >= 0, got alpha -5"));
+  CHECK_THROWS_WITH(read(R"({"network": {"latency_s": 1e-6, "bytes_per_s": 0}, "codecs": []})"),
+                    Contains("bytes_per_s must be finite and > 0"));
+  // Names must differ: a plan names its codecs.
+  CHECK_THROWS_WITH(read(R"({"codecs": [)" + fp32 + "," + fp32 + "]}"), Contains("codecs 0 and 1 are both named 'fp32'"));
+  // Arrays where arrays belong.
+  CHECK_THROWS_WITH(read(R"({"codecs": {"a": )" + fp32 + "}}"), Contains("json: \"codecs\" must be an array, got an object"));
+  // Each error says where: the section, the codec, the key.
+  CHECK_THROWS_WITH(read(R"({"network": {"latency_s": 1e-6, "bytes_per_s": "1e9"}, "codecs": []})"),
+                    Contains("cost model: network: json: \"bytes_per_s\" must be a number, got a string"));
+  CHECK_THROWS_WITH(read(R"({"codecs": [{"name": "a", "ratio": 1}, {"name": "b", "ratio": 1, "summable": 1}]})"),
+                    Contains("cost model: codec 'b': json: \"summable\" must be a boolean, got a number"));
+  CHECK_THROWS_WITH(read(R"({"codecs": [{"name": "a", "ratio": 1, "host_compress": {"alpha": 1e-6}}]})"),
+                    Contains("cost model: codec 'a': host_compress: json: no key \"beta\""));
+  CHECK_THROWS_WITH(read(R"({"codecs": [)" + fp32 + R"(, {"ratio": 1}]})"), Contains("cost model: codecs[1]: json: no key \"name\""));
+  CHECK_THROWS_WITH(read(R"({"codecs": [7]})"), Contains("cost model: codecs[0]: json: a key lookup needs an object"));
+}
+
+TEST_CASE("simulate and the planners check the model and the workload they are given", "[schedule]") {
+  const workload w{{10, 20, 30}, {1e-3, 1e-3, 1e-3}, 0.0, 4.0};
+  const plan one{{0}, {fp32_allreduce}};
+  cost_model m = test_model(4, 1e9);
+  m.network.bytes_per_s = 0.0;  // an allreduce would take forever, a 0-byte one NaN
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("bytes_per_s must be finite and > 0"));
+  CHECK_THROWS_WITH(espresso_plan(w, m, {fp32_allreduce}), Contains("bytes_per_s must be finite and > 0"));
+  m = test_model(4, -1e9);
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("bytes_per_s -1e+09"));
+  m = test_model(cost_model::max_ranks + 1, 1e9);
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("ranks must be in [1, 1048576], got 1048577"));
+  m = test_model(4, 1e9);
+  m.codecs[2].name = "fp16";
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("codecs 1 and 2 are both named 'fp16'"));
+  CHECK_THROWS_WITH(to_json(one, m), Contains("codecs 1 and 2 are both named 'fp16'"));
+  m = test_model(4, 1e9);
+  m.codecs[3].host_decompress_add.beta = -1e-9;
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("codec 'qsgd4': host_decompress_add must be unknown (NaN)"));
+  m = test_model(4, 1e9);
+  CHECK_THROWS_WITH(simulate(workload{w.sizes, w.backward_s, std::nan(""), 4.0}, m, one), Contains("forward_s is nan"));
+  CHECK_THROWS_WITH(simulate(workload{w.sizes, w.backward_s, 0.0, 0.0}, m, one), Contains("element_bytes is 0"));
+  CHECK_THROWS_WITH(simulate(workload{w.sizes, {1e-3, INFINITY, 1e-3}, 0.0, 4.0}, m, one),
+                    Contains("backward time of tensor 1 is inf"));
+  // The largest model still times: the rank loop of the sparse route ends.
+  m = test_model(cost_model::max_ranks, 1e9);
+  CHECK(std::isfinite(simulate(w, m, plan{{0}, {topk_sparse}}).iteration_s));
+}
+
+TEST_CASE("espresso_plan: a group limit of SIZE_MAX is no limit", "[schedule]") {
+  const cost_model m = test_model(8, 1.25e9);
+  const workload w = random_workload(12, 31);
+  const std::vector<option> options = {fp32_allreduce, fp16_allreduce, topk_allgather};
+  const planned unlimited = espresso_plan(w, m, options);
+  const planned huge = espresso_plan(w, m, options, planner_settings{8, SIZE_MAX});
+  CHECK(huge.chosen.group_starts == unlimited.chosen.group_starts);
+  CHECK(huge.iteration_s == unlimited.iteration_s);
+  CHECK(huge.chosen.group_starts.size() > 1);  // the limit did not force one group
+  // A real limit still binds.
+  const planned two = espresso_plan(w, m, options, planner_settings{8, 2});
+  for (std::size_t g = 0; g < two.chosen.group_starts.size(); ++g) {
+    const std::size_t end = g + 1 < two.chosen.group_starts.size() ? two.chosen.group_starts[g + 1] : 12;
+    CHECK(end - two.chosen.group_starts[g] <= 2);
+  }
 }

@@ -9,8 +9,8 @@
  * arrangement: tensor t occupies elements [offset(t), offset(t) + size(t)) of the flat buffer,
  * with no padding, and group g is the tensors [first_tensor(g), end_tensor(g)), so its elements
  * are one contiguous range too. The group boundaries come from the user, from `by_elements`
- * (greedy, like DDP's `bucket_cap_mb`), or from the Cupcake scheduler
- * (gradzip/schedule/cupcake.hpp).
+ * (greedy, like DDP's `bucket_cap_mb`), or from Cupcake's scheduler and Espresso's planner
+ * (gradzip/schedule/planner.hpp).
  *
  * @code
  * // Three tensors in backprop order; groups {0, 1} and {2}.
@@ -81,8 +81,9 @@ class layout {
   std::size_t tensor_count() const noexcept { return sizes_.size(); }
   /// Elements in the flat buffer: the sum of the tensors' sizes.
   std::size_t total() const noexcept { return offsets_.back(); }
-  std::size_t size(std::size_t t) const { return sizes_.at(t); }
-  std::size_t offset(std::size_t t) const { return offsets_.at(t); }
+  std::size_t size(std::size_t t) const { return check_tensor(t, tensor_count()), sizes_[t]; }
+  /// Where tensor t starts; offset(tensor_count()) is total().
+  std::size_t offset(std::size_t t) const { return check_tensor(t, tensor_count() + 1), offsets_[t]; }
   const std::vector<std::size_t>& sizes() const noexcept { return sizes_; }
 
   std::size_t group_count() const noexcept { return starts_.size() - 1; }
@@ -100,6 +101,9 @@ class layout {
   }
 
  private:
+  void check_tensor(std::size_t t, std::size_t count) const {
+    GRADZIP_EXPECTS(t < count, "fusion::layout: tensor ", t, " of ", tensor_count());
+  }
   void check_group(std::size_t g) const {
     GRADZIP_EXPECTS(g < group_count(), "fusion::layout: group ", g, " of ", group_count());
   }

@@ -30,7 +30,9 @@
 
 #include <cmath>
 #include <cstddef>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradzip/comm/sparse_cost.hpp"
@@ -46,6 +48,13 @@ struct linear_cost {
   double operator()(double bytes) const { return alpha + beta * bytes; }
   bool known() const { return std::isfinite(alpha) && std::isfinite(beta); }
   static linear_cost unknown() { return {std::nan(""), std::nan("")}; }
+  /// Throws naming `what` unless the cost is unknown (both NaN) or both terms are finite and
+  /// >= 0: a negative time would let a plan gain by running more stages.
+  void check(const char* what) const {
+    const bool unmeasured = std::isnan(alpha) && std::isnan(beta);
+    GRADZIP_EXPECTS(unmeasured || (known() && alpha >= 0.0 && beta >= 0.0), what, " must be unknown (NaN) or two finite",
+                    " costs >= 0, got alpha ", alpha, " and beta ", beta);
+  }
 };
 
 /// Where a codec runs.
@@ -101,6 +110,21 @@ struct codec_cost {
   const linear_cost& sparse_sync(executor_kind e) const {
     return e == executor_kind::device ? device_sparse_sync : host_sparse_sync;
   }
+
+  /// Throws naming the codec and the field unless its sizes and costs are in range.
+  void check() const {
+    GRADZIP_EXPECTS(std::isfinite(ratio) && std::isfinite(fixed) && ratio >= 0.0 && fixed >= 0.0 && density > 0.0 &&
+                        density <= 1.0,
+                    "cost model: codec '", name, "' has ratio ", ratio, ", fixed ", fixed, " and density ", density,
+                    " (ratio and fixed must be finite and >= 0, density in (0, 1])");
+    const std::pair<const char*, const linear_cost*> costs[] = {
+        {"host_compress", &host_compress},       {"host_decompress_add", &host_decompress_add},
+        {"device_compress", &device_compress},   {"device_decompress_add", &device_decompress_add},
+        {"host_sparse_sync", &host_sparse_sync}, {"device_sparse_sync", &device_sparse_sync}};
+    for (const auto& [key, cost] : costs) {
+      cost->check(gradzip::detail::concat("cost model: codec '", name, "': ", key).c_str());
+    }
+  }
 };
 
 /// One way to synchronize a group: a codec (an index into cost_model::codecs), its route and
@@ -113,6 +137,10 @@ struct option {
 
 /// The machine: ranks, network, host link, and each codec's costs.
 struct cost_model {
+  /// The most ranks a model may have: 2^20, beyond any training job, so that sums over ranks
+  /// and rank counts stay exact in the model's int and double arithmetic.
+  static constexpr int max_ranks = 1 << 20;
+
   int ranks = 1;
   comm::link_model network;
   linear_cost pcie{10e-6, 1.0 / 25e9};  ///< one copy between device and host (each way)
@@ -138,11 +166,34 @@ struct cost_model {
   double sparse_sync_seconds(double elements, double density) const {
     if (ranks <= 1) return 0.0;
     comm::sparsity_profile p{static_cast<std::uint64_t>(elements), ranks, density * elements, {}};
-    for (int k = 1; k <= ranks; k *= 2) p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, k)));
+    for (long long k = 1; k <= ranks; k *= 2) {  // long long: k reaches 2 ranks without overflow
+      p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, static_cast<double>(k))));
+    }
     if ((ranks & (ranks - 1)) != 0) p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, ranks)));
     const comm::scheme_costs c = comm::estimate(p, network);
     return std::fmin(c.seconds[static_cast<int>(comm::sync_choice::balanced_parallelism)],
                      c.seconds[static_cast<int>(comm::sync_choice::hierarchical_centralization)]);
+  }
+
+  /// Throws naming the field unless the model is one the simulator can time: ranks in
+  /// [1, max_ranks], a network with a finite bandwidth > 0 and finite latencies >= 0, a known host
+  /// link with costs >= 0, each codec's fields in range (`codec_cost::check`), and codec names
+  /// that differ (a plan names its codecs).
+  void validate() const {
+    GRADZIP_EXPECTS(ranks >= 1 && ranks <= max_ranks, "cost model: ranks must be in [1, ", max_ranks, "], got ", ranks);
+    GRADZIP_EXPECTS(std::isfinite(network.bytes_per_s) && network.bytes_per_s > 0.0 && std::isfinite(network.latency_s) &&
+                        network.latency_s >= 0.0 && std::isfinite(network.message_s) && network.message_s >= 0.0,
+                    "cost model: bad network (latency_s ", network.latency_s, ", bytes_per_s ", network.bytes_per_s,
+                    ", message_s ", network.message_s, "): bytes_per_s must be finite and > 0, the latencies finite and >= 0");
+    GRADZIP_EXPECTS(pcie.known(), "cost model: pcie must be known, got alpha ", pcie.alpha, " and beta ", pcie.beta);
+    pcie.check("cost model: pcie");
+    std::map<std::string, std::size_t> named;  // each name's first codec
+    for (std::size_t c = 0; c < codecs.size(); ++c) {
+      codecs[c].check();
+      const auto [first, fresh] = named.emplace(codecs[c].name, c);
+      GRADZIP_EXPECTS(fresh, "cost model: codecs ", first->second, " and ", c, " are both named '", codecs[c].name,
+                      "' (a plan names its codecs)");
+    }
   }
 
   /// Throws unless `o` names a codec of this model that can take its route.

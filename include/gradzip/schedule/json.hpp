@@ -5,13 +5,16 @@
  *
  * The reader takes RFC 8259 JSON (objects, arrays, strings with escapes, numbers, true, false,
  * null), nests at most 64 deep, and throws `invalid_argument` naming the byte offset of the
- * first thing it cannot read. Numbers are doubles. Objects keep their keys in order. Lookups
- * (`at`, `number`, `text`) throw naming the missing key or the wrong type. Numbers are read and
- * written with the C library's strtod and snprintf: keep the "C" numeric locale (the default).
+ * first thing it cannot read. A key that appears twice in one object is such a thing (RFC 8259
+ * leaves its meaning open; a reader that kept either value would hide the other). Numbers are
+ * doubles. Objects keep their keys in order. Lookups throw naming the missing key or the wrong
+ * type: `number_at("ranks")` names the key, `at("ranks").number()` only the types. Numbers are
+ * read and written with the C library's strtod and snprintf: keep the "C" numeric locale (the
+ * default).
  *
  * @code
  * gradzip::schedule::json v = gradzip::schedule::json::parse(R"({"ranks": 8, "codecs": []})");
- * int ranks = static_cast<int>(v.at("ranks").number());
+ * double ranks = v.number_at("ranks");
  * std::string text = v.dump();
  * @endcode
  */
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,11 +66,13 @@ class json {
   double number() const { return expect(kind::number, "number"), number_; }
   bool boolean() const { return expect(kind::boolean, "boolean"), boolean_; }
   const std::string& text() const { return expect(kind::string, "text"), text_; }
-  const std::vector<json>& items() const {
-    if (kind_ != kind::object) expect(kind::array, "items");
-    return items_;
+  /// An array's values.
+  const std::vector<json>& items() const { return expect(kind::array, "items"), items_; }
+  /// An array's values or an object's members: how many.
+  std::size_t size() const {
+    if (kind_ != kind::object) expect(kind::array, "size");
+    return items_.size();
   }
-  std::size_t size() const { return items().size(); }
   const json& operator[](std::size_t i) const {
     expect(kind::array, "index");
     GRADZIP_EXPECTS(i < items_.size(), "json: index ", i, " of an array of ", items_.size());
@@ -78,10 +84,18 @@ class json {
     GRADZIP_EXPECTS(v != nullptr, "json: no key \"", key, "\"");
     return *v;
   }
-  /// A number under `key`, or `fallback` when the key is absent.
+  /// The number, string, boolean or array under `key`; throws naming the key where it is absent
+  /// or holds another type.
+  double number_at(const std::string& key) const { return typed_at(key, kind::number).number_; }
+  const std::string& text_at(const std::string& key) const { return typed_at(key, kind::string).text_; }
+  bool boolean_at(const std::string& key) const { return typed_at(key, kind::boolean).boolean_; }
+  const std::vector<json>& array_at(const std::string& key) const { return typed_at(key, kind::array).items_; }
+  /// The number or boolean under `key`, or `fallback` when the key is absent.
   double number_or(const std::string& key, double fallback) const {
-    const json* v = find(key);
-    return v == nullptr ? fallback : v->number();
+    return contains(key) ? number_at(key) : fallback;
+  }
+  bool boolean_or(const std::string& key, bool fallback) const {
+    return contains(key) ? boolean_at(key) : fallback;
   }
 
   /// Compact text, numbers with 17 significant digits (they read back exactly).
@@ -104,10 +118,16 @@ class json {
     static const char* const names[] = {"null", "boolean", "number", "string", "array", "object"};
     return names[static_cast<int>(k)];
   }
+  static const char* article(kind k) { return k == kind::array || k == kind::object ? "an " : "a "; }
   void expect(kind k, const char* what) const {
-    GRADZIP_EXPECTS(kind_ == k, "json: ", what, " needs a", k == kind::array || k == kind::object ? "n " : " ",
-                    kind_name(k), ", the value is a", kind_ == kind::array || kind_ == kind::object ? "n " : " ",
+    GRADZIP_EXPECTS(kind_ == k, "json: ", what, " needs ", article(k), kind_name(k), ", the value is ", article(kind_),
                     kind_name(kind_));
+  }
+  const json& typed_at(const std::string& key, kind k) const {
+    const json& v = at(key);
+    GRADZIP_EXPECTS(v.kind_ == k, "json: \"", key, "\" must be ", article(k), kind_name(k), ", got ", article(v.kind_),
+                    kind_name(v.kind_));
+    return v;
   }
   const json* find(const std::string& key) const {
     expect(kind::object, "a key lookup");
@@ -200,10 +220,14 @@ class json {
       ++at;
       json o = json::object();
       if (take('}')) return o;
+      std::set<std::string> keys;  // a set, not find(): a hostile object of n keys costs n log n
       do {
         space();
         check(at < s.size() && s[at] == '"', "a key that is not a string");
+        const std::size_t key_at = at;
         std::string key = string();
+        GRADZIP_EXPECTS(keys.insert(key).second, "json: the key \"", key, "\" appears twice in one object, again at byte ",
+                        key_at);
         check(take(':'), "a missing ':'");
         o.set(std::move(key), value(depth + 1));
       } while (take(','));

@@ -82,6 +82,7 @@ inline bool dominates(const resource_clock& a, const resource_clock& b, double t
 
 inline void check_inputs(const workload& w, const cost_model& m, const std::vector<option>& options) {
   w.check();
+  m.validate();
   GRADZIP_EXPECTS(!options.empty(), "planner: no options to choose from");
   for (const option& o : options) m.check(o);
 }
@@ -125,7 +126,9 @@ inline planned espresso_plan(const workload& w, const cost_model& m, const std::
   for (std::size_t i = 0; i < n; ++i) {
     prune(i);
     auto& here = at[i];
-    const std::size_t last = settings.max_group_tensors == 0 ? n : std::min(n, i + settings.max_group_tensors);
+    // The limit is compared with what is left, not added to i: i + SIZE_MAX would wrap.
+    const std::size_t most = settings.max_group_tensors;
+    const std::size_t last = most == 0 || most >= n - i ? n : i + most;
     for (std::size_t j = i + 1; j <= last; ++j) {
       for (std::size_t o = 0; o < options.size(); ++o) {
         stage stages[max_stages];

@@ -24,6 +24,7 @@
  */
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -72,54 +73,79 @@ inline json to_json(const cost_model& m) {
 
 namespace detail {
 
+/// f(), with `where` put before the message of the invalid_argument it throws: the reader's
+/// errors name a key, this names the codec it belongs to.
+template <class F>
+auto in_context(const std::string& where, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const gradzip::invalid_argument& e) {
+    throw gradzip::invalid_argument(where + ": " + e.what());
+  }
+}
+
 inline linear_cost cost_from_json(const json& o, const char* key) {
   if (!o.contains(key)) return linear_cost::unknown();
-  const json& c = o.at(key);
-  return {c.at("alpha").number(), c.at("beta").number()};
+  return in_context(key, [&] {
+    const json& c = o.at(key);
+    return linear_cost{c.number_at("alpha"), c.number_at("beta")};
+  });
 }
 
 }  // namespace detail
 
+/// One codec's costs. Throws naming the key (or the field, `codec_cost::check`) it cannot take.
 inline codec_cost codec_cost_from_json(const json& o) {
   codec_cost c;
-  c.name = o.at("name").text();
-  c.ratio = o.at("ratio").number();
-  c.fixed = o.number_or("fixed", 0.0);
-  c.density = o.number_or("density", 1.0);
-  c.summable = o.contains("summable") && o.at("summable").boolean();
-  c.identity = o.contains("identity") && o.at("identity").boolean();
-  c.host_compress = detail::cost_from_json(o, "host_compress");
-  c.host_decompress_add = detail::cost_from_json(o, "host_decompress_add");
-  c.device_compress = detail::cost_from_json(o, "device_compress");
-  c.device_decompress_add = detail::cost_from_json(o, "device_decompress_add");
-  // The sparse route's own work: zero where a calibration has not measured it.
-  c.host_sparse_sync = o.contains("host_sparse_sync") ? detail::cost_from_json(o, "host_sparse_sync") : linear_cost{};
-  c.device_sparse_sync = o.contains("device_sparse_sync") ? detail::cost_from_json(o, "device_sparse_sync") : linear_cost{};
-  GRADZIP_EXPECTS(c.ratio >= 0.0 && c.fixed >= 0.0 && c.density > 0.0 && c.density <= 1.0, "cost model: codec '",
-                  c.name, "' has ratio ", c.ratio, ", fixed ", c.fixed, " and density ", c.density,
-                  " (ratio and fixed must be >= 0, density in (0, 1])");
+  c.name = o.text_at("name");
+  detail::in_context("cost model: codec '" + c.name + "'", [&] {
+    c.ratio = o.number_at("ratio");
+    c.fixed = o.number_or("fixed", 0.0);
+    c.density = o.number_or("density", 1.0);
+    c.summable = o.boolean_or("summable", false);
+    c.identity = o.boolean_or("identity", false);
+    c.host_compress = detail::cost_from_json(o, "host_compress");
+    c.host_decompress_add = detail::cost_from_json(o, "host_decompress_add");
+    c.device_compress = detail::cost_from_json(o, "device_compress");
+    c.device_decompress_add = detail::cost_from_json(o, "device_decompress_add");
+    // The sparse route's own work: zero where a calibration has not measured it.
+    c.host_sparse_sync = o.contains("host_sparse_sync") ? detail::cost_from_json(o, "host_sparse_sync") : linear_cost{};
+    c.device_sparse_sync = o.contains("device_sparse_sync") ? detail::cost_from_json(o, "device_sparse_sync") : linear_cost{};
+  });
+  c.check();
   return c;
 }
 
+/// A cost model (`cost_model::validate`d). Throws naming the key or the field it cannot take:
+/// `ranks` must be a whole number in [1, cost_model::max_ranks], every cost finite and >= 0 (or
+/// absent), codec names distinct.
 inline cost_model cost_model_from_json(const json& o) {
   cost_model m;
-  m.ranks = static_cast<int>(o.number_or("ranks", 1.0));
-  GRADZIP_EXPECTS(m.ranks >= 1, "cost model: ranks must be >= 1, got ", o.number_or("ranks", 1.0));
+  const double ranks = o.number_or("ranks", 1.0);
+  GRADZIP_EXPECTS(ranks >= 1.0 && ranks <= cost_model::max_ranks && ranks == std::floor(ranks),
+                  "cost model: ranks must be a whole number in [1, ", cost_model::max_ranks, "], got ", ranks);
+  m.ranks = static_cast<int>(ranks);
   if (o.contains("network")) {
-    const json& n = o.at("network");
-    m.network = {n.at("latency_s").number(), n.at("bytes_per_s").number(), n.number_or("message_s", 0.0)};
-    GRADZIP_EXPECTS(m.network.bytes_per_s > 0.0 && m.network.latency_s >= 0.0 && m.network.message_s >= 0.0,
-                    "cost model: bad network (latency_s ", m.network.latency_s, ", bytes_per_s ",
-                    m.network.bytes_per_s, ", message_s ", m.network.message_s, ")");
+    detail::in_context("cost model: network", [&] {
+      const json& n = o.at("network");
+      m.network = {n.number_at("latency_s"), n.number_at("bytes_per_s"), n.number_or("message_s", 0.0)};
+    });
   }
-  if (o.contains("pcie")) m.pcie = detail::cost_from_json(o, "pcie");
-  if (o.contains("encode_on_compute")) m.encode_on_compute = o.at("encode_on_compute").boolean();
-  if (o.contains("serial")) m.serial = o.at("serial").boolean();
-  for (const json& c : o.at("codecs").items()) m.codecs.push_back(codec_cost_from_json(c));
+  if (o.contains("pcie")) m.pcie = detail::in_context("cost model", [&] { return detail::cost_from_json(o, "pcie"); });
+  m.encode_on_compute = o.boolean_or("encode_on_compute", m.encode_on_compute);
+  m.serial = o.boolean_or("serial", m.serial);
+  const std::vector<json>& codecs = o.array_at("codecs");
+  for (std::size_t c = 0; c < codecs.size(); ++c) {
+    // A codec is named by its name once it has one, by its place before.
+    detail::in_context(gradzip::detail::concat("cost model: codecs[", c, "]"), [&] { codecs[c].text_at("name"); });
+    m.codecs.push_back(codec_cost_from_json(codecs[c]));
+  }
+  m.validate();
   return m;
 }
 
 inline json to_json(const plan& p, const cost_model& m) {
+  m.validate();  // distinct names: the plan is read back by them
   json starts = json::array(), groups = json::array();
   for (std::size_t s : p.group_starts) starts.push(s);
   for (const option& o : p.options) {
@@ -132,23 +158,24 @@ inline json to_json(const plan& p, const cost_model& m) {
   return json::object().set("group_starts", std::move(starts)).set("groups", std::move(groups));
 }
 
-/// A plan, its codecs resolved by name against `m`'s (each option checked against m).
+/// A plan, its codecs resolved by name against `m`'s (m validated, each option checked against m).
 inline plan plan_from_json(const json& o, const cost_model& m) {
+  m.validate();
   plan p;
-  for (const json& s : o.at("group_starts").items()) {
+  for (const json& s : o.array_at("group_starts")) {
     GRADZIP_EXPECTS(s.number() >= 0 && s.number() == std::floor(s.number()) && s.number() < 9.007199254740992e15,
                     "plan: group start ", s.number(), " is not a tensor index");
     p.group_starts.push_back(static_cast<std::size_t>(s.number()));
   }
-  for (const json& g : o.at("groups").items()) {
+  for (const json& g : o.array_at("groups")) {
     option opt;
-    const std::string& codec = g.at("codec").text();
+    const std::string& codec = g.text_at("codec");
     opt.codec = m.codecs.size();
-    for (std::size_t c = 0; c < m.codecs.size(); ++c) {
-      if (m.codecs[c].name == codec) opt.codec = c;
+    for (std::size_t c = 0; c < m.codecs.size() && opt.codec == m.codecs.size(); ++c) {
+      if (m.codecs[c].name == codec) opt.codec = c;  // the first: validate() keeps names distinct
     }
     GRADZIP_EXPECTS(opt.codec < m.codecs.size(), "plan: unknown codec '", codec, "'");
-    const std::string& path = g.at("route").text();
+    const std::string& path = g.text_at("route");
     if (path == "allreduce") {
       opt.path = route::allreduce;
     } else if (path == "allgather") {
@@ -157,7 +184,7 @@ inline plan plan_from_json(const json& o, const cost_model& m) {
       GRADZIP_EXPECTS(path == "sparse_sync", "plan: unknown route '", path, "'");
       opt.path = route::sparse_sync;
     }
-    const std::string& where = g.at("executor").text();
+    const std::string& where = g.text_at("executor");
     GRADZIP_EXPECTS(where == "device" || where == "host", "plan: unknown executor '", where, "'");
     opt.where = where == "device" ? executor_kind::device : executor_kind::host;
     m.check(opt);

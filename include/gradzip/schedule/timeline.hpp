@@ -37,6 +37,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -71,12 +72,18 @@ struct workload {
   double forward_s = 0.0;          ///< seconds of the forward pass (not overlapped)
   double element_bytes = 4.0;      ///< bytes per gradient element (fp32)
 
+  /// Throws naming the field unless every time is finite and >= 0 and element_bytes finite and > 0.
   void check() const {
     GRADZIP_EXPECTS(sizes.size() == backward_s.size(), "workload: ", sizes.size(), " tensors but ",
                     backward_s.size(), " backward times");
     for (std::size_t t = 0; t < backward_s.size(); ++t) {
-      GRADZIP_EXPECTS(backward_s[t] >= 0.0, "workload: backward time of tensor ", t, " is ", backward_s[t]);
+      GRADZIP_EXPECTS(std::isfinite(backward_s[t]) && backward_s[t] >= 0.0, "workload: backward time of tensor ", t,
+                      " is ", backward_s[t], " (must be finite and >= 0)");
     }
+    GRADZIP_EXPECTS(std::isfinite(forward_s) && forward_s >= 0.0, "workload: forward_s is ", forward_s,
+                    " (must be finite and >= 0)");
+    GRADZIP_EXPECTS(std::isfinite(element_bytes) && element_bytes > 0.0, "workload: element_bytes is ", element_bytes,
+                    " (must be finite and > 0)");
   }
 };
 
@@ -185,6 +192,7 @@ struct timeline {
 /// The timeline of one iteration of `w` under plan `p` (checked against w and m).
 inline timeline simulate(const workload& w, const cost_model& m, const plan& p) {
   w.check();
+  m.validate();
   const fusion::layout l(w.sizes, p.group_starts);
   GRADZIP_EXPECTS(p.options.size() == l.group_count(), "simulate: the plan has ", l.group_count(), " groups but ",
                   p.options.size(), " options");

@@ -60,8 +60,9 @@ double median_seconds(const settings& s, Body&& body) {
   return times[times.size() / 2];
 }
 
-/// Weighted least squares of t = alpha + beta x with weights 1 / t^2 (relative error); a
-/// negative alpha (noise) is refitted as beta alone.
+/// Weighted least squares of t = alpha + beta x with weights 1 / t^2 (relative error). A
+/// negative slope (the noise of a flat, launch-bound call) is refitted as alpha alone, a
+/// negative alpha as beta alone: cost models take no negative cost (`linear_cost::check`).
 inline linear_cost fit(const std::vector<double>& x, const std::vector<double>& t) {
   double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -73,6 +74,7 @@ inline linear_cost fit(const std::vector<double>& x, const std::vector<double>& 
     sxt += w * x[i] * t[i];
   }
   const double beta = (sw * sxt - sx * st) / (sw * sxx - sx * sx);
+  if (beta < 0.0) return {st / sw, 0.0};  // then alpha = (st - beta sx) / sw > 0
   const double alpha = (st - beta * sx) / sw;
   if (alpha >= 0.0) return {alpha, beta};
   return {0.0, sxt / sxx};

@@ -271,15 +271,16 @@ TEST_CASE("cost models read from JSON are checked, naming the key or the field",
   CHECK(read(R"({"ranks": 8, "codecs": [)" + fp32 + "]}").ranks == 8);
   // ranks: a whole number in [1, 2^20], not truncated, not converted out of int's range.
   CHECK_THROWS_WITH(read(R"({"ranks": 8.9, "codecs": []})"), Contains("ranks must be a whole number in [1, 1048576], got 8.9"));
-  CHECK_THROWS_WITH(read(R"({"ranks": 1e10, "codecs": []})"), Contains("got 1e+10"));
-  CHECK_THROWS_WITH(read(R"({"ranks": 2147483647, "codecs": []})"), Contains("got 2.14748e+09"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 1e10, "codecs": []})"), Contains("got 10000000000"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 2147483647, "codecs": []})"), Contains("got 2147483647"));
+  CHECK_THROWS_WITH(read(R"({"ranks": 1048577, "codecs": []})"), Contains("got 1048577"));
   CHECK_THROWS_WITH(read(R"({"ranks": 0, "codecs": []})"), Contains("got 0"));
   CHECK_THROWS_WITH(read(R"({"ranks": "8", "codecs": []})"), Contains("json: \"ranks\" must be a number, got a string"));
   // Negative costs would let a plan gain time by running more stages.
   CHECK_THROWS_WITH(read(R"({"pcie": {"alpha": -1, "beta": 1e-9}, "codecs": []})"),
-                    Contains("cost model: pcie must be unknown (NaN) or two finite costs >= 0, got alpha -1 and beta 1e-09"));
+                    Contains("cost model: pcie must be two finite costs >= 0, got alpha -1 and beta 1e-09"));
   CHECK_THROWS_WITH(read(R"({"codecs": [{"name": "topk1", "ratio": 0.02, "host_compress": {"alpha": -5, "beta": 0}}]})"),
-                    Contains("cost model: codec 'topk1': host_compress must be unknown (NaN) or two finite costs >= 0, got alpha -5"));
+                    Contains("cost model: codec 'topk1': host_compress must be unmeasured (NaN) or two finite costs >= 0, got alpha -5"));
   CHECK_THROWS_WITH(read(R"({"network": {"latency_s": 1e-6, "bytes_per_s": 0}, "codecs": []})"),
                     Contains("bytes_per_s must be finite and > 0"));
   // Names must differ: a plan names its codecs.
@@ -295,6 +296,23 @@ TEST_CASE("cost models read from JSON are checked, naming the key or the field",
                     Contains("cost model: codec 'a': host_compress: json: no key \"beta\""));
   CHECK_THROWS_WITH(read(R"({"codecs": [)" + fp32 + R"(, {"ratio": 1}]})"), Contains("cost model: codecs[1]: json: no key \"name\""));
   CHECK_THROWS_WITH(read(R"({"codecs": [7]})"), Contains("cost model: codecs[0]: json: a key lookup needs an object"));
+  CHECK_THROWS_WITH(read(R"({"codecs": [{"name": "", "ratio": 1}]})"), Contains("a codec has no name"));
+}
+
+TEST_CASE("plans read from JSON name the group and the key they cannot take", "[schedule]") {
+  const cost_model m = test_model(4, 1e9);
+  const auto read = [&](const std::string& text) { return plan_from_json(json::parse(text), m); };
+  const std::string fp32 = R"({"codec": "fp32", "route": "allreduce", "executor": "device"})";
+  CHECK(read(R"({"group_starts": [0, 2], "groups": [)" + fp32 + "," + fp32 + "]}").options.size() == 2);
+  CHECK_THROWS_WITH(read(R"({"group_starts": [0, "2"], "groups": []})"),
+                    Contains("plan: group_starts[1]: json: number needs a number, the value is a string"));
+  CHECK_THROWS_WITH(read(R"({"group_starts": [0, 1048577.5], "groups": []})"), Contains("group start 1048577.5 is not a tensor index"));
+  CHECK_THROWS_WITH(read(R"({"group_starts": [0], "groups": [7]})"), Contains("plan: groups[0]: json: a key lookup needs an object"));
+  CHECK_THROWS_WITH(read(R"({"group_starts": [0, 1], "groups": [)" + fp32 + R"(, {"codec": "fp16", "executor": "device"}]})"),
+                    Contains("plan: groups[1]: json: no key \"route\""));
+  CHECK_THROWS_WITH(read(R"({"group_starts": [0], "groups": [{"codec": "fp16", "route": "ring", "executor": "device"}]})"),
+                    Contains("plan: groups[0]: unknown route 'ring'"));
+  CHECK_THROWS_WITH(read(R"({"group_starts": {"a": 0}, "groups": []})"), Contains("json: \"group_starts\" must be an array"));
 }
 
 TEST_CASE("simulate and the planners check the model and the workload they are given", "[schedule]") {
@@ -314,7 +332,13 @@ TEST_CASE("simulate and the planners check the model and the workload they are g
   CHECK_THROWS_WITH(to_json(one, m), Contains("codecs 1 and 2 are both named 'fp16'"));
   m = test_model(4, 1e9);
   m.codecs[3].host_decompress_add.beta = -1e-9;
-  CHECK_THROWS_WITH(simulate(w, m, one), Contains("codec 'qsgd4': host_decompress_add must be unknown (NaN)"));
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("codec 'qsgd4': host_decompress_add must be unmeasured (NaN)"));
+  m = test_model(4, 1e9);
+  m.pcie = linear_cost::unknown();
+  CHECK_THROWS_WITH(simulate(w, m, one), Contains("pcie must be two finite costs >= 0, got alpha nan"));
+  m = test_model(4, 1e9);
+  CHECK_THROWS_WITH(espresso_plan(w, m, {fp32_allreduce}, planner_settings{8, 0, std::nan("")}),
+                    Contains("settings.tolerance must be finite (negative: the default), got nan"));
   m = test_model(4, 1e9);
   CHECK_THROWS_WITH(simulate(workload{w.sizes, w.backward_s, std::nan(""), 4.0}, m, one), Contains("forward_s is nan"));
   CHECK_THROWS_WITH(simulate(workload{w.sizes, w.backward_s, 0.0, 0.0}, m, one), Contains("element_bytes is 0"));

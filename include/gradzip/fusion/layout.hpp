@@ -81,9 +81,16 @@ class layout {
   std::size_t tensor_count() const noexcept { return sizes_.size(); }
   /// Elements in the flat buffer: the sum of the tensors' sizes.
   std::size_t total() const noexcept { return offsets_.back(); }
-  std::size_t size(std::size_t t) const { return check_tensor(t, tensor_count()), sizes_[t]; }
+  std::size_t size(std::size_t t) const {
+    GRADZIP_EXPECTS(t < tensor_count(), "fusion::layout: tensor ", t, " of ", tensor_count());
+    return sizes_[t];
+  }
   /// Where tensor t starts; offset(tensor_count()) is total().
-  std::size_t offset(std::size_t t) const { return check_tensor(t, tensor_count() + 1), offsets_[t]; }
+  std::size_t offset(std::size_t t) const {
+    GRADZIP_EXPECTS(t <= tensor_count(), "fusion::layout: the offset of tensor ", t, " of ", tensor_count(),
+                    " (offsets go up to ", tensor_count(), ", the end)");
+    return offsets_[t];
+  }
   const std::vector<std::size_t>& sizes() const noexcept { return sizes_; }
 
   std::size_t group_count() const noexcept { return starts_.size() - 1; }
@@ -101,9 +108,6 @@ class layout {
   }
 
  private:
-  void check_tensor(std::size_t t, std::size_t count) const {
-    GRADZIP_EXPECTS(t < count, "fusion::layout: tensor ", t, " of ", tensor_count());
-  }
   void check_group(std::size_t g) const {
     GRADZIP_EXPECTS(g < group_count(), "fusion::layout: group ", g, " of ", group_count());
   }

@@ -48,13 +48,11 @@ struct linear_cost {
   double operator()(double bytes) const { return alpha + beta * bytes; }
   bool known() const { return std::isfinite(alpha) && std::isfinite(beta); }
   static linear_cost unknown() { return {std::nan(""), std::nan("")}; }
-  /// Throws naming `what` unless the cost is unknown (both NaN) or both terms are finite and
-  /// >= 0: a negative time would let a plan gain by running more stages.
-  void check(const char* what) const {
-    const bool unmeasured = std::isnan(alpha) && std::isnan(beta);
-    GRADZIP_EXPECTS(unmeasured || (known() && alpha >= 0.0 && beta >= 0.0), what, " must be unknown (NaN) or two finite",
-                    " costs >= 0, got alpha ", alpha, " and beta ", beta);
-  }
+  /// Whether both terms are finite and >= 0: a negative time would let a plan gain by running
+  /// more stages.
+  bool valid() const { return known() && alpha >= 0.0 && beta >= 0.0; }
+  /// Whether it is not measured: both terms NaN.
+  bool unmeasured() const { return std::isnan(alpha) && std::isnan(beta); }
 };
 
 /// Where a codec runs.
@@ -117,12 +115,15 @@ struct codec_cost {
                         density <= 1.0,
                     "cost model: codec '", name, "' has ratio ", ratio, ", fixed ", fixed, " and density ", density,
                     " (ratio and fixed must be finite and >= 0, density in (0, 1])");
+    GRADZIP_EXPECTS(!name.empty(), "cost model: a codec has no name (a plan names its codecs)");
     const std::pair<const char*, const linear_cost*> costs[] = {
         {"host_compress", &host_compress},       {"host_decompress_add", &host_decompress_add},
         {"device_compress", &device_compress},   {"device_decompress_add", &device_decompress_add},
         {"host_sparse_sync", &host_sparse_sync}, {"device_sparse_sync", &device_sparse_sync}};
     for (const auto& [key, cost] : costs) {
-      cost->check(gradzip::detail::concat("cost model: codec '", name, "': ", key).c_str());
+      GRADZIP_EXPECTS(cost->unmeasured() || cost->valid(), "cost model: codec '", name, "': ", key,
+                      " must be unmeasured (NaN) or two finite costs >= 0, got alpha ", cost->alpha, " and beta ",
+                      cost->beta);
     }
   }
 };
@@ -166,7 +167,7 @@ struct cost_model {
   double sparse_sync_seconds(double elements, double density) const {
     if (ranks <= 1) return 0.0;
     comm::sparsity_profile p{static_cast<std::uint64_t>(elements), ranks, density * elements, {}};
-    for (long long k = 1; k <= ranks; k *= 2) {  // long long: k reaches 2 ranks without overflow
+    for (long long k = 1; k <= ranks; k *= 2) {  // long long: k reaches 2 · ranks without overflow
       p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, static_cast<double>(k))));
     }
     if ((ranks & (ranks - 1)) != 0) p.unions.push_back(elements * (1.0 - std::pow(1.0 - density, ranks)));
@@ -185,8 +186,8 @@ struct cost_model {
                         network.latency_s >= 0.0 && std::isfinite(network.message_s) && network.message_s >= 0.0,
                     "cost model: bad network (latency_s ", network.latency_s, ", bytes_per_s ", network.bytes_per_s,
                     ", message_s ", network.message_s, "): bytes_per_s must be finite and > 0, the latencies finite and >= 0");
-    GRADZIP_EXPECTS(pcie.known(), "cost model: pcie must be known, got alpha ", pcie.alpha, " and beta ", pcie.beta);
-    pcie.check("cost model: pcie");
+    GRADZIP_EXPECTS(pcie.valid(), "cost model: pcie must be two finite costs >= 0, got alpha ", pcie.alpha,
+                    " and beta ", pcie.beta);
     std::map<std::string, std::size_t> named;  // each name's first codec
     for (std::size_t c = 0; c < codecs.size(); ++c) {
       codecs[c].check();

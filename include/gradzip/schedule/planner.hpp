@@ -34,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -95,6 +96,8 @@ inline planned espresso_plan(const workload& w, const cost_model& m, const std::
                              planner_settings settings = {}) {
   detail::check_inputs(w, m, options);
   GRADZIP_EXPECTS(settings.frontier >= 1, "espresso_plan: settings.frontier must be >= 1, got ", settings.frontier);
+  GRADZIP_EXPECTS(std::isfinite(settings.tolerance), "espresso_plan: settings.tolerance must be finite (negative: the default), got ",
+                  settings.tolerance);
   const std::size_t n = w.sizes.size();
   planned out;
   if (n == 0) {

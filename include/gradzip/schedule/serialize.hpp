@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,13 @@ auto in_context(const std::string& where, F&& f) -> decltype(f()) {
   }
 }
 
+/// v with up to 15 significant digits: 1048577 and 8.5 as they were written, not as 1.04858e+06.
+inline std::string shown(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", v);
+  return text;
+}
+
 inline linear_cost cost_from_json(const json& o, const char* key) {
   if (!o.contains(key)) return linear_cost::unknown();
   return in_context(key, [&] {
@@ -123,7 +131,8 @@ inline cost_model cost_model_from_json(const json& o) {
   cost_model m;
   const double ranks = o.number_or("ranks", 1.0);
   GRADZIP_EXPECTS(ranks >= 1.0 && ranks <= cost_model::max_ranks && ranks == std::floor(ranks),
-                  "cost model: ranks must be a whole number in [1, ", cost_model::max_ranks, "], got ", ranks);
+                  "cost model: ranks must be a whole number in [1, ", cost_model::max_ranks, "], got ",
+                  detail::shown(ranks));
   m.ranks = static_cast<int>(ranks);
   if (o.contains("network")) {
     detail::in_context("cost model: network", [&] {
@@ -158,37 +167,52 @@ inline json to_json(const plan& p, const cost_model& m) {
   return json::object().set("group_starts", std::move(starts)).set("groups", std::move(groups));
 }
 
+namespace detail {
+
+/// One group's option, its codec found by name among m's (and checked against m).
+inline option option_from_json(const json& g, const cost_model& m) {
+  option opt;
+  const std::string& codec = g.text_at("codec");
+  opt.codec = m.codecs.size();
+  for (std::size_t c = 0; c < m.codecs.size() && opt.codec == m.codecs.size(); ++c) {
+    if (m.codecs[c].name == codec) opt.codec = c;  // the only one: validate() keeps names distinct
+  }
+  GRADZIP_EXPECTS(opt.codec < m.codecs.size(), "unknown codec '", codec, "'");
+  const std::string& path = g.text_at("route");
+  if (path == "allreduce") {
+    opt.path = route::allreduce;
+  } else if (path == "allgather") {
+    opt.path = route::allgather;
+  } else {
+    GRADZIP_EXPECTS(path == "sparse_sync", "unknown route '", path, "'");
+    opt.path = route::sparse_sync;
+  }
+  const std::string& where = g.text_at("executor");
+  GRADZIP_EXPECTS(where == "device" || where == "host", "unknown executor '", where, "'");
+  opt.where = where == "device" ? executor_kind::device : executor_kind::host;
+  m.check(opt);
+  return opt;
+}
+
+}  // namespace detail
+
 /// A plan, its codecs resolved by name against `m`'s (m validated, each option checked against m).
+/// Throws naming the group and the key it cannot take.
 inline plan plan_from_json(const json& o, const cost_model& m) {
   m.validate();
   plan p;
-  for (const json& s : o.array_at("group_starts")) {
-    GRADZIP_EXPECTS(s.number() >= 0 && s.number() == std::floor(s.number()) && s.number() < 9.007199254740992e15,
-                    "plan: group start ", s.number(), " is not a tensor index");
-    p.group_starts.push_back(static_cast<std::size_t>(s.number()));
+  const std::vector<json>& starts = o.array_at("group_starts");
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const double s = detail::in_context(gradzip::detail::concat("plan: group_starts[", i, "]"),
+                                        [&] { return starts[i].number(); });
+    GRADZIP_EXPECTS(s >= 0 && s == std::floor(s) && s < 9.007199254740992e15, "plan: group start ", detail::shown(s),
+                    " is not a tensor index");
+    p.group_starts.push_back(static_cast<std::size_t>(s));
   }
-  for (const json& g : o.array_at("groups")) {
-    option opt;
-    const std::string& codec = g.text_at("codec");
-    opt.codec = m.codecs.size();
-    for (std::size_t c = 0; c < m.codecs.size() && opt.codec == m.codecs.size(); ++c) {
-      if (m.codecs[c].name == codec) opt.codec = c;  // the first: validate() keeps names distinct
-    }
-    GRADZIP_EXPECTS(opt.codec < m.codecs.size(), "plan: unknown codec '", codec, "'");
-    const std::string& path = g.text_at("route");
-    if (path == "allreduce") {
-      opt.path = route::allreduce;
-    } else if (path == "allgather") {
-      opt.path = route::allgather;
-    } else {
-      GRADZIP_EXPECTS(path == "sparse_sync", "plan: unknown route '", path, "'");
-      opt.path = route::sparse_sync;
-    }
-    const std::string& where = g.text_at("executor");
-    GRADZIP_EXPECTS(where == "device" || where == "host", "plan: unknown executor '", where, "'");
-    opt.where = where == "device" ? executor_kind::device : executor_kind::host;
-    m.check(opt);
-    p.options.push_back(opt);
+  const std::vector<json>& groups = o.array_at("groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    p.options.push_back(detail::in_context(gradzip::detail::concat("plan: groups[", i, "]"),
+                                           [&] { return detail::option_from_json(groups[i], m); }));
   }
   GRADZIP_EXPECTS(p.options.size() == p.group_starts.size(), "plan: ", p.group_starts.size(), " group starts but ",
                   p.options.size(), " groups");

@@ -10,6 +10,8 @@
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/detail/host/quantize.hpp"
+#include "gradzip/quantize/qsgd.hpp"
+#include "gradzip/quantize/terngrad.hpp"
 
 using namespace gradzip;
 using quantize::rounding;
@@ -187,6 +189,73 @@ TEST_CASE("uniform works on double half and bfloat16 tensors", "[uniform]") {
   CHECK(round_trip(dense_uniform<8>{}, b).size() == b.size());
 #endif
 }
+
+#if GRADZIP_HAS_HALF
+namespace {
+/// A stage derived from uniform that adds its own statistics: not one of extrema.
+struct uniform_with_own_add : quantize::uniform<4> {
+  static void add(quantize::bucket_stats& s, float v) { quantize::uniform<4>::add(s, 2.0f * v); }
+};
+struct uniform_with_a_constructor : quantize::uniform<4> {
+  explicit uniform_with_a_constructor(int) {}
+};
+static_assert(quantize::has_extrema_stats<quantize::uniform<4>>::value);
+static_assert(quantize::has_extrema_stats<quantize::uniform<2, rounding::stochastic, 64>>::value);
+static_assert(quantize::has_extrema_stats<uniform_with_a_constructor>::value);
+static_assert(!quantize::has_extrema_stats<uniform_with_own_add>::value);
+static_assert(quantize::has_extrema_stats<quantize::terngrad<false>>::value);
+static_assert(!quantize::has_extrema_stats<quantize::terngrad<true>>::value);  // its sums need the order
+static_assert(!quantize::has_extrema_stats<quantize::qsgd<7>>::value);
+
+/// Stage S's record of the 16-bit values `bits`, from the host's statistics (for 16-bit inputs,
+/// the extrema of their bits) and from the stage's own `add` over them one by one.
+template <class S, class T>
+void check_extrema_record(const std::vector<std::uint16_t>& bits) {
+  std::vector<T> x(bits.size());
+  std::memcpy(static_cast<void*>(x.data()), bits.data(), 2 * bits.size());
+  quantize::bucket_stats one_by_one = S::empty_stats();
+  for (const T& v : x) S::add(one_by_one, to_float(v));
+  const auto expected = S::make_record(one_by_one, x.size());
+  const auto got = S::make_record(detail::bucket_statistics<S>(x.data(), 0, x.size()), x.size());
+  INFO("bits[0] " << std::hex << bits[0] << " of " << std::dec << bits.size());
+  CHECK(std::memcmp(&expected, &got, sizeof got) == 0);
+}
+
+template <class T>
+void check_extrema_records(std::uint16_t exponent) {
+  const std::uint16_t nan = exponent | 0x40u, neg = 0x8000u, one = element_traits<T>::type == element_type::bf16 ? 0x3F80u : 0x3C00u;
+  const std::uint16_t largest = exponent - 1;  // the largest finite magnitude
+  const std::vector<std::vector<std::uint16_t>> buckets = {
+      {0}, {neg}, {0, neg}, {neg, 0}, {neg, neg},              // zeros of either sign: lo and hi +0
+      {one}, {one, 2 * one}, {std::uint16_t(neg | one)},       // one value, all positive, all negative
+      {std::uint16_t(neg | one), std::uint16_t(neg | 0x4000u)}, {std::uint16_t(neg | 1u), 1u},  // subnormals
+      {std::uint16_t(neg | one), 0x4000u, 0},                  // both signs
+      {largest, std::uint16_t(neg | largest)},                 // a range beyond float's: poisoned
+      {exponent}, {std::uint16_t(neg | exponent)}, {nan}, {std::uint16_t(neg | nan)},  // inf, -inf, NaN, -NaN
+      {one, nan}, {std::uint16_t(neg | nan), one}, {one, std::uint16_t(neg | exponent), 0}, {largest, exponent}};
+  for (const auto& b : buckets) {
+    check_extrema_record<quantize::uniform<4>, T>(b);
+    check_extrema_record<quantize::terngrad<false>, T>(b);
+  }
+  // Random buckets of every length to 40, any bits, a special one in some.
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::vector<std::uint16_t> b(1 + rng() % 40);
+    for (auto& v : b) v = static_cast<std::uint16_t>(rng());
+    for (auto& v : b) {
+      if ((v & exponent) == exponent) v = static_cast<std::uint16_t>(v ^ (trial % 3 == 0 ? 0 : 0x4000u));  // mostly finite
+    }
+    check_extrema_record<quantize::uniform<4>, T>(b);
+    check_extrema_record<quantize::terngrad<false>, T>(b);
+  }
+}
+}  // namespace
+
+TEST_CASE("16-bit inputs' extrema from their bits give the records of the stages' own statistics", "[uniform]") {
+  check_extrema_records<__nv_bfloat16>(0x7F80u);
+  check_extrema_records<__half>(0x7C00u);
+}
+#endif
 
 TEST_CASE("uniform stochastic rounding is unbiased within its variance bound", "[uniform]") {
   // 2,000 round trips with distinct steps. Each decoded value has variance

@@ -78,6 +78,13 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
       return {{stat_max(a.v[0], b.v[0]), 0.0f, 0.0f, stat_max(a.v[3], b.v[3])}};
     }
   }
+  /// Without clipping the statistics are the extrema's (`has_extrema_stats`): max |v| is the
+  /// larger of |lo| and |hi|.
+  using extrema_stage = terngrad;
+  static constexpr bool stats_are_extrema = !Clip;
+  GRADZIP_HOST_DEVICE static bucket_stats stats_of_extrema(float lo, float hi, bool finite) {
+    return {{stat_max(fabsf(lo), fabsf(hi)), 0.0f, 0.0f, finite ? 0.0f : 1.0f}};
+  }
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t count) {
     if (s.v[3] != 0.0f) return {NAN};
     float scaler = s.v[0];

@@ -126,11 +126,51 @@ inline void merge_lanes(float (&acc)[4][32]) {
   }
 }
 
-/// The canonical statistics of x[begin, end) (as quantize::canonical_bucket_stats), read once.
+/// The least and greatest of x[0, m) (m >= 1 16-bit floats: bf16 or fp16), and whether all are
+/// finite, from their bits alone: three integer reductions (a signed maximum, an unsigned maximum
+/// and minimum) that vectorize 32 values to a 512-bit register, where the float path widens
+/// each value and compares it three times (0.81x bf16 uniform 4-bit's compress at 2^16).
+/// As unsigned integers, negative values (sign bit set) are above positive ones and ordered by
+/// magnitude; as signed ones, the non-negative values are the largest, ordered by magnitude.
+/// - least: the negative of largest magnitude if there is one (the unsigned maximum), else the
+///   smallest magnitude (the unsigned minimum);
+/// - greatest: the largest non-negative value if there is one (the signed maximum), else the
+///   negative of smallest magnitude (the unsigned minimum, all being negative);
+/// - finite: no non-negative bits at or above the exponent's mask (inf, NaN) under the signed
+///   maximum, no negative ones under the unsigned maximum.
+struct extrema_16 {
+  float lo, hi;
+  bool finite;
+};
+template <class T>
+inline extrema_16 extrema_of_16_bit(const T* x, std::uint64_t m) {
+  static_assert(sizeof(T) == 2, "extrema_of_16_bit: bf16 or fp16");
+  constexpr std::uint16_t exponent = element_traits<T>::type == element_type::bf16 ? 0x7F80u : 0x7C00u;
+  std::int16_t signed_max = -0x8000;
+  std::uint16_t unsigned_max = 0, unsigned_min = 0xFFFFu;
+  for (std::uint64_t j = 0; j < m; ++j) {
+    const auto b = bit_cast<std::uint16_t>(x[j]);
+    const auto s = static_cast<std::int16_t>(b);
+    signed_max = s > signed_max ? s : signed_max;
+    unsigned_max = b > unsigned_max ? b : unsigned_max;
+    unsigned_min = b < unsigned_min ? b : unsigned_min;
+  }
+  const std::uint16_t lo = unsigned_max >= 0x8000u ? unsigned_max : unsigned_min;
+  const std::uint16_t hi = signed_max >= 0 ? static_cast<std::uint16_t>(signed_max) : unsigned_min;
+  const bool finite = signed_max < static_cast<std::int16_t>(exponent) && unsigned_max < (0x8000u | exponent);
+  return {static_cast<float>(to_float(bit_cast<T>(lo))), static_cast<float>(to_float(bit_cast<T>(hi))), finite};
+}
+
+/// The canonical statistics of x[begin, end) (quantize/bucket_stats.hpp's order), read once; a
+/// stage whose statistics are extrema takes them from 16-bit floats' bits (`extrema_of_16_bit`).
 /// The 32 lanes' statistics are kept as four arrays of 32 floats, so that the loop over lanes
 /// is a loop over contiguous floats the compiler turns into vector instructions.
 template <class Values, class T>
 quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::uint64_t end) {
+  if constexpr (sizeof(T) == 2 && quantize::has_extrema_stats<Values>::value) {  // no order to keep
+    const extrema_16 e = extrema_of_16_bit(x + begin, end - begin);
+    return Values::stats_of_extrema(e.lo, e.hi, e.finite);
+  }
   alignas(64) float acc[4][32];
   const quantize::bucket_stats empty = Values::empty_stats();
   for (int k = 0; k < 4; ++k) std::fill(acc[k], acc[k] + 32, empty.v[k]);

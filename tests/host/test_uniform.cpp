@@ -192,20 +192,38 @@ TEST_CASE("uniform works on double half and bfloat16 tensors", "[uniform]") {
 
 #if GRADZIP_HAS_HALF
 namespace {
-/// A stage derived from uniform that adds its own statistics: not one of extrema.
-struct uniform_with_own_add : quantize::uniform<4> {
-  static void add(quantize::bucket_stats& s, float v) { quantize::uniform<4>::add(s, 2.0f * v); }
-};
+/// Stages derived from uniform: with a constructor, the same statistics; with any of the
+/// statistics' functions of their own, not extrema (and the trait says so, not a compile error).
 struct uniform_with_a_constructor : quantize::uniform<4> {
   explicit uniform_with_a_constructor(int) {}
 };
-static_assert(quantize::has_extrema_stats<quantize::uniform<4>>::value);
-static_assert(quantize::has_extrema_stats<quantize::uniform<2, rounding::stochastic, 64>>::value);
-static_assert(quantize::has_extrema_stats<uniform_with_a_constructor>::value);
-static_assert(!quantize::has_extrema_stats<uniform_with_own_add>::value);
-static_assert(quantize::has_extrema_stats<quantize::terngrad<false>>::value);
-static_assert(!quantize::has_extrema_stats<quantize::terngrad<true>>::value);  // its sums need the order
-static_assert(!quantize::has_extrema_stats<quantize::qsgd<7>>::value);
+struct uniform_with_own_add : quantize::uniform<4> {
+  static void add(quantize::bucket_stats& s, float v) { quantize::uniform<4>::add(s, 2.0f * v); }
+};
+struct uniform_with_own_empty_stats : quantize::uniform<4> {
+  static quantize::bucket_stats empty_stats() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+};
+struct uniform_with_template_add : quantize::uniform<4> {
+  template <class V>
+  static void add(quantize::bucket_stats& s, V v) { quantize::uniform<4>::add(s, static_cast<float>(v)); }
+};
+struct uniform_with_double_add : quantize::uniform<4> {
+  static void add(quantize::bucket_stats& s, double v) { quantize::uniform<4>::add(s, static_cast<float>(v)); }
+};
+struct uniform_with_own_make_record : quantize::uniform<4> {
+  static record make_record(quantize::bucket_stats s, std::uint32_t) { return {s.v[0], 1.0f}; }
+};
+static_assert(detail::has_extrema_stats<quantize::uniform<4>>);
+static_assert(detail::has_extrema_stats<quantize::uniform<2, rounding::stochastic, 64>>);
+static_assert(detail::has_extrema_stats<uniform_with_a_constructor>);
+static_assert(!detail::has_extrema_stats<uniform_with_own_add>);
+static_assert(!detail::has_extrema_stats<uniform_with_own_empty_stats>);
+static_assert(!detail::has_extrema_stats<uniform_with_template_add>);
+static_assert(!detail::has_extrema_stats<uniform_with_double_add>);
+static_assert(!detail::has_extrema_stats<uniform_with_own_make_record>);
+static_assert(detail::has_extrema_stats<quantize::terngrad<false>>);
+static_assert(!detail::has_extrema_stats<quantize::terngrad<true>>);  // its sums need the order
+static_assert(!detail::has_extrema_stats<quantize::qsgd<7>>);
 
 /// Stage S's record of the 16-bit values `bits`, from the host's statistics (for 16-bit inputs,
 /// the extrema of their bits) and from the stage's own `add` over them one by one.
@@ -230,6 +248,7 @@ void check_extrema_records(std::uint16_t exponent) {
       {one}, {one, 2 * one}, {std::uint16_t(neg | one)},       // one value, all positive, all negative
       {std::uint16_t(neg | one), std::uint16_t(neg | 0x4000u)}, {std::uint16_t(neg | 1u), 1u},  // subnormals
       {std::uint16_t(neg | one), 0x4000u, 0},                  // both signs
+      {neg, one}, {one, neg}, {neg, std::uint16_t(neg | one)},  // -0 the least, or not
       {largest, std::uint16_t(neg | largest)},                 // a range beyond float's: poisoned
       {exponent}, {std::uint16_t(neg | exponent)}, {nan}, {std::uint16_t(neg | nan)},  // inf, -inf, NaN, -NaN
       {one, nan}, {std::uint16_t(neg | nan), one}, {one, std::uint16_t(neg | exponent), 0}, {largest, exponent}};
@@ -237,8 +256,27 @@ void check_extrema_records(std::uint16_t exponent) {
     check_extrema_record<quantize::uniform<4>, T>(b);
     check_extrema_record<quantize::terngrad<false>, T>(b);
   }
-  // Random buckets of every length to 40, any bits, a special one in some.
+  // Each of those values among 64 to 512 ordinary ones (normal, of small magnitude; positive,
+  // negative or both), at the start, the middle and the end: the vector loop's lanes and its
+  // remainder, not only a few scalar steps.
   std::mt19937 rng(5);
+  for (const auto& special : buckets) {
+    for (std::size_t length : {64, 100, 512}) {
+      for (std::size_t at : {std::size_t{0}, length / 2 + 1, length - special.size()}) {
+        for (int signs = 0; signs < 3; ++signs) {
+          std::vector<std::uint16_t> b(length);
+          for (auto& v : b) {
+            const bool negative = signs == 1 || (signs == 2 && rng() % 2 == 1);
+            v = static_cast<std::uint16_t>((negative ? neg : 0u) | (0x2000u + rng() % 0x1000u));
+          }
+          std::copy(special.begin(), special.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
+          check_extrema_record<quantize::uniform<4>, T>(b);
+          check_extrema_record<quantize::terngrad<false>, T>(b);
+        }
+      }
+    }
+  }
+  // Random buckets of every length to 40, any bits, a special one in some.
   for (int trial = 0; trial < 4000; ++trial) {
     std::vector<std::uint16_t> b(1 + rng() % 40);
     for (auto& v : b) v = static_cast<std::uint16_t>(rng());

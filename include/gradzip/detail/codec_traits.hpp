@@ -165,6 +165,36 @@ inline constexpr bool has_in_range_encode = fast_path_of<in_range_encode_functio
 template <class Values>
 inline constexpr bool has_in_range_decode = fast_path_of<in_range_decode_functions, Values>::value;
 
+/**
+ * Whether a stage's statistics are its bucket's extrema, which any order and any arithmetic give
+ * exactly (the host reads 16-bit floats' bits: `extrema_of_16_bit`, detail/host/quantize.hpp).
+ * Such a stage names the class it belongs to (`using extrema_class = uniform;`) and gives
+ * `stats_of_extrema(lo, hi, finite)`: statistics whose `make_record` is that of the canonical
+ * ones for a bucket whose least value is lo and greatest hi (either zero where a bucket holds
+ * both) when all its values are finite (`finite`), and a poisoned record when one is not,
+ * whatever lo and hi are then. It counts only where `empty_stats`, `add`, `merge`,
+ * `make_record(stats, count)` and `stats_of_extrema` are all that class's: a stage derived from
+ * uniform that writes its own has other statistics, or another use of them.
+ */
+template <class S>
+using extrema_class_t = typename S::extrema_class;
+template <class S>
+using record_from_stats = typename S::record (*)(quantize::bucket_stats, std::uint64_t);
+template <class S, class C>
+using extrema_functions =
+    std::conjunction<same_function<&S::empty_stats, &C::empty_stats>, same_function<&S::add, &C::add>,
+                     same_function<&S::merge, &C::merge>, same_function<&S::stats_of_extrema, &C::stats_of_extrema>,
+                     same_function<static_cast<record_from_stats<S>>(&S::make_record),
+                                   static_cast<record_from_stats<C>>(&C::make_record)>>;
+template <class Values, class = void>
+struct extrema_stats_of : std::false_type {};
+template <class Values>
+struct extrema_stats_of<Values, std::void_t<extrema_functions<Values, extrema_class_t<Values>>>>
+    : extrema_functions<Values, extrema_class_t<Values>> {};
+
+template <class Values>
+inline constexpr bool has_extrema_stats = extrema_stats_of<Values>::value;
+
 /// The values of N codes of one bucket, each handed to `use(l, value)` as it is made: by
 /// `decode_in_range` where the stage has it and every code qualifies (a vectorized pass over the
 /// codes on the host), else by `decode`.

@@ -105,24 +105,6 @@ template <class Values>
 struct has_encoder<Values, std::void_t<encoder_class_t<Values>, encode_class_t<Values>>>
     : std::is_same<encoder_class_t<Values>, encode_class_t<Values>> {};
 
-/// Whether a stage's statistics are its bucket's extrema, so that an executor may find them in
-/// any order and by any arithmetic (the host reads 16-bit floats' bits: detail/host/quantize.hpp).
-/// Such a stage names itself `extrema_stage`, says `stats_are_extrema`, and gives
-/// `stats_of_extrema(lo, hi, finite)`: statistics whose `make_record` is that of the canonical
-/// ones for a bucket whose least value is lo and greatest hi (either zero where a bucket holds
-/// both) when all its values are finite (`finite`), and a poisoned record when one is not,
-/// whatever lo and hi are then. A stage derived from it that declares its own `add`, `merge` or
-/// `make_record` has other statistics, or another use of them, and is not one.
-template <class Values, class = void>
-struct has_extrema_stats : std::false_type {};
-template <class Values>
-struct has_extrema_stats<Values, std::void_t<typename Values::extrema_stage>>
-    : std::bool_constant<Values::extrema_stage::stats_are_extrema && &Values::add == &Values::extrema_stage::add &&
-                         &Values::merge == &Values::extrema_stage::merge &&
-                         static_cast<typename Values::record (*)(bucket_stats, std::uint64_t)>(&Values::make_record) ==
-                             static_cast<typename Values::record (*)(bucket_stats, std::uint64_t)>(
-                                 &Values::extrema_stage::make_record)> {};
-
 /// A stage's `encode` with the bucket's record bound: `encode(v, r, random)` per value.
 template <class Values>
 struct record_encoder {

@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "gradzip/quantize/bucket_stats.hpp"
 #include "gradzip/quantize/uniform.hpp"
@@ -78,10 +79,9 @@ struct terngrad : bucketed_stage<2, Bucket, terngrad_record> {
       return {{stat_max(a.v[0], b.v[0]), 0.0f, 0.0f, stat_max(a.v[3], b.v[3])}};
     }
   }
-  /// Without clipping the statistics are the extrema's (`has_extrema_stats`): max |v| is the
-  /// larger of |lo| and |hi|.
-  using extrema_stage = terngrad;
-  static constexpr bool stats_are_extrema = !Clip;
+  /// Without clipping the statistics are the extrema's (detail::has_extrema_stats): max |v| is
+  /// the larger of |lo| and |hi|. With it they hold sums too, which need the canonical order.
+  using extrema_class = std::conditional_t<Clip, void, terngrad>;
   GRADZIP_HOST_DEVICE static bucket_stats stats_of_extrema(float lo, float hi, bool finite) {
     return {{stat_max(fabsf(lo), fabsf(hi)), 0.0f, 0.0f, finite ? 0.0f : 1.0f}};
   }

@@ -94,9 +94,8 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   GRADZIP_HOST_DEVICE static record make_record(bucket_stats s, std::uint64_t) {
     return make_record(s.v[0], s.v[1], s.v[2] == 0.0f);
   }
-  /// The statistics are the extrema (`has_extrema_stats`): lo and hi themselves.
-  using extrema_stage = uniform;
-  static constexpr bool stats_are_extrema = true;
+  /// The statistics are the extrema (detail::has_extrema_stats): lo and hi themselves.
+  using extrema_class = uniform;
   GRADZIP_HOST_DEVICE static bucket_stats stats_of_extrema(float lo, float hi, bool finite) {
     return {{lo, hi, finite ? 0.0f : 1.0f, 0.0f}};
   }

@@ -167,7 +167,7 @@ inline extrema_16 extrema_of_16_bit(const T* x, std::uint64_t m) {
 /// is a loop over contiguous floats the compiler turns into vector instructions.
 template <class Values, class T>
 quantize::bucket_stats bucket_statistics(const T* x, std::uint64_t begin, std::uint64_t end) {
-  if constexpr (sizeof(T) == 2 && quantize::has_extrema_stats<Values>::value) {  // no order to keep
+  if constexpr (sizeof(T) == 2 && has_extrema_stats<Values>) {  // no order to keep
     const extrema_16 e = extrema_of_16_bit(x + begin, end - begin);
     return Values::stats_of_extrema(e.lo, e.hi, e.finite);
   }

@@ -653,16 +653,16 @@ TEST_CASE("cuda decompress_add_all checks every payload first, then adds them in
 /// correction, EF21) on the same gradients: each step's payloads must match byte for byte, and
 /// `after(payload)` checks anything else a step does; then the saved states must match, and the
 /// host's state must restore into a fresh CUDA instance.
-template <class Host, class Device, class Make, class After>
+template <class T = float, class Host, class Device, class Make, class After>
 void expect_wrapper_parity(gz::host& host, gz::cuda& dev, Host& h, Device& d, std::size_t n, std::uint32_t salt,
                            Make make_device, After after) {
-  std::vector<std::byte> hout(h.template max_compressed_bytes<float>());
+  std::vector<std::byte> hout(h.template max_compressed_bytes<T>());
   device_vector<std::byte> dout(hout.size());
   for (std::uint32_t step = 0; step < 4; ++step) {
-    const auto g = gradzip_tools::synthetic_gradient<float>(n, salt + step);
-    device_vector<float> dg(g);
-    const auto hb = h.compress(host, gz::span<const float>(g), gz::span<std::byte>(hout));
-    const auto db = d.compress(dev, gz::span<const float>(dg.data, n), dout.view());
+    const auto g = gradzip_tools::synthetic_gradient<T>(n, salt + step);
+    device_vector<T> dg(g);
+    const auto hb = h.compress(host, gz::span<const T>(g), gz::span<std::byte>(hout));
+    const auto db = d.compress(dev, gz::span<const T>(dg.data, n), dout.view());
     dev.check();
     INFO("step " << step);
     REQUIRE(hb == db);
@@ -1066,6 +1066,9 @@ TEST_CASE("cuda buckets under 256 elements share a warp and give the host's byte
     check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, s4, gz::encode::none>{{}, s4{7}}, dev);
     using t64 = gz::quantize::terngrad<false, 64>;
     check_parity(g, gz::codec<gz::sparsify::none, t64, gz::encode::none>{{}, t64{2}}, dev);
+    // 16-bit inputs: the host finds these stages' extrema on the bits, the device by floats.
+    check_parity(converted<__nv_bfloat16>(g), gz::codec<gz::sparsify::none, t64, gz::encode::none>{{}, t64{2}}, dev);
+    check_parity(converted<__half>(g), gz::codec<gz::sparsify::none, s4, gz::encode::none>{{}, s4{7}}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::onebit<32>, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::sign<true, 128>, gz::encode::none>{}, dev);
     check_parity(g, gz::codec<gz::sparsify::none, gz::quantize::uniform<2, rounding::nearest, 256>, gz::encode::none>{}, dev);
@@ -1876,6 +1879,49 @@ TEST_CASE("cuda Hadamard-rotated codecs equal the host's bytes and decode alike"
       check(rt);
     }
   }
+  // Into a double output both executors accumulate in double (detail::accumulate).
+  const gz::transform::rotated<u4> ru{u4{}, gz::transform::hadamard{64, 17}};
+  const std::size_t n = 1000;
+  const auto x = gradzip_tools::synthetic_gradient<double>(n, 10);
+  std::vector<std::byte> p(ru.max_compressed_bytes<double>(n));
+  p.resize(ru.compress(host, gz::span<const double>(x), gz::span<std::byte>(p)));
+  std::vector<double> want(n, 1.0000000000010001);
+  ru.decompress_add(host, gz::span<const std::byte>(p), gz::span<double>(want), 0.5f);
+  device_vector<std::byte> dp(p);
+  device_vector<double> acc(std::vector<double>(n, 1.0000000000010001));
+  ru.decompress_add(dev, gz::span<const std::byte>(dp.data, p.size()), acc.view(), 0.5f);
+  dev.check();
+  const auto got = acc.download();
+  CHECK(got == want);
+  const auto beyond_float = [](double v) { return v != static_cast<double>(static_cast<float>(v)); };
+  CHECK(std::count_if(got.begin(), got.end(), beyond_float) == static_cast<std::ptrdiff_t>(n));  // none in float
+}
+
+TEST_CASE("cuda double states update in double, as the host's", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  using sign_codec = gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>;
+  const std::size_t n = 5000;
+  gz::cuda dev;
+  gz::host host;
+  const codec_t c{gz::sparsify::topk::ratio(0.01)};
+  gz::feedback::momentum_correction<codec_t, double, gz::host> hm(host, c, n, 0.9f);
+  gz::feedback::momentum_correction<codec_t, double, gz::cuda> dm(dev, c, n, 0.9f);
+  expect_wrapper_parity<double>(
+      host, dev, hm, dm, n, 80,
+      [&](gz::cuda& e) { return gz::feedback::momentum_correction<codec_t, double, gz::cuda>(e, c, n, 0.9f); },
+      [](gz::span<const std::byte>) {});
+  gz::feedback::signum<sign_codec, double, gz::host> hs(host, sign_codec{}, n, 0.9f);
+  gz::feedback::signum<sign_codec, double, gz::cuda> ds(dev, sign_codec{}, n, 0.9f);
+  expect_wrapper_parity<double>(
+      host, dev, hs, ds, n, 90, [&](gz::cuda& e) { return gz::feedback::signum<sign_codec, double, gz::cuda>(e, sign_codec{}, n, 0.9f); },
+      [](gz::span<const std::byte>) {});
+  // Both computed in double: in float, every value would be a float.
+  const auto beyond_float = [](double v) { return v != static_cast<double>(static_cast<float>(v)); };
+  const auto v = hm.accumulated();
+  const auto m = hs.momentum();
+  CHECK(std::count_if(v.begin(), v.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
+  CHECK(std::count_if(m.begin(), m.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
 }
 
 namespace {

@@ -202,4 +202,20 @@ TEST_CASE("saved states: edited bytes raise format_error and change nothing", "[
   const auto sg_retyped = retyped(sg_state);
   expect([&] { sg.restore(exec, span<const std::byte>(sg_retyped)); }, wire::format_errc::element_type_mismatch);
   CHECK(sg.save(exec) == sg_state);
+
+  // A state read back is one state, whole: momentum correction's two (u, then v) are not a
+  // residual or a momentum, and bytes after a state are not part of it.
+  expect([&] { ef.restore(exec, span<const std::byte>(mc_state)); }, wire::format_errc::trailing_bytes);
+  expect([&] { sg.restore(exec, span<const std::byte>(mc_state)); }, wire::format_errc::trailing_bytes);
+  auto ef_longer = ef_state;
+  ef_longer.resize(ef_longer.size() + 4096);
+  expect([&] { ef.restore(exec, span<const std::byte>(ef_longer)); }, wire::format_errc::trailing_bytes);
+  auto sg_longer = sg_state;
+  sg_longer.resize(sg_longer.size() + 4096);
+  expect([&] { sg.restore(exec, span<const std::byte>(sg_longer)); }, wire::format_errc::trailing_bytes);
+  CHECK(ef.save(exec) == ef_state);
+  CHECK(sg.save(exec) == sg_state);
+  // The header's errors name the restore too.
+  CHECK_THROWS_WITH(ef.restore(exec, span<const std::byte>(ef_state).subspan(0, 40)),
+                    Catch::Matchers::StartsWith("error_feedback::restore: payload truncated"));
 }

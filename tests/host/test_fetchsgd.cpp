@@ -157,6 +157,12 @@ TEST_CASE("fetchsgd save and restore continue bit for bit; bad states are refuse
   } catch (const format_error& e) {
     CHECK(e.code() == wire::format_errc::element_type_mismatch);
   }
+  auto longer = saved;  // a state is read back whole: bytes after it are not part of it
+  longer.resize(saved.size() + 16);
+  CHECK_THROWS_WITH(b.restore(exec, span<const std::byte>(longer)),
+                    "fetchsgd::restore: trailing bytes after the payload: 16 bytes follow a payload of " +
+                        std::to_string(saved.size()));
+  CHECK(b.save(exec) == a.save(exec));  // unchanged: b and a ran the same steps
   // A sketch payload is not a state, and a state is not a sketch.
   const auto sketch = sketch_of(cs, std::vector<float>(n, 1.0f));
   CHECK_THROWS_AS(b.restore(exec, span<const std::byte>(sketch)), format_error);

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "common/helpers.hpp"
 #include "common/synthetic_gradient.hpp"
@@ -107,4 +109,40 @@ TEST_CASE("rotated payloads are validated", "[hadamard]") {
   CHECK_THROWS_AS(c.decompress(exec, span<const std::byte>(bad_inner), span<float>(out)), format_error);
   CHECK_THROWS_AS(c.decompress_add(exec, span<const std::byte>(bad_inner), span<float>(out)), format_error);
   CHECK(out == std::vector<float>(1000, 1.0f));
+  // The inner payload moved 16 bytes later (the outer total and section offset moved with it):
+  // the CUDA decoder reads it where compress puts it, so neither executor takes it.
+  std::vector<std::byte> moved(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(inner_at));
+  moved.insert(moved.end(), 16, std::byte{0});
+  moved.insert(moved.end(), p.begin() + static_cast<std::ptrdiff_t>(inner_at), p.end());
+  const auto bump = [&](std::size_t at) {
+    std::uint64_t v;
+    std::memcpy(&v, moved.data() + at, 8);
+    v += 16;
+    std::memcpy(moved.data() + at, &v, 8);
+  };
+  bump(24);           // total_bytes
+  bump(48 + 24 + 8);  // section 1's offset
+  CHECK(wire::read_header(span<const std::byte>(moved)).sections[1].offset == inner_at + 16);
+  CHECK_THROWS_WITH(c.decompress_add(exec, span<const std::byte>(moved), span<float>(out)),
+                    "rotated: section misaligned: section 1 at offset " + std::to_string(inner_at + 16));
+  CHECK(out == std::vector<float>(1000, 1.0f));
+}
+
+TEST_CASE("rotated decoding into double accumulates in double, as every codec does", "[hadamard]") {
+  host exec;
+  using u4 = codec<sparsify::none, quantize::uniform<4>, encode::none>;
+  const transform::rotated<u4> c{u4{}, transform::hadamard{64, 1}};
+  const std::vector<double> zeros(64, 0.0);  // a payload that decodes to 0
+  std::vector<std::byte> p(c.max_compressed_bytes<double>(64));
+  p.resize(c.compress(exec, span<const double>(zeros), span<std::byte>(p)));
+  std::vector<double> accum(64, 1.0000000000010001), plain = accum;
+  c.decompress_add(exec, span<const std::byte>(p), span<double>(accum));
+  CHECK(accum == plain);  // in float, 1.0000000000010001 became 1
+  std::vector<std::byte> q(u4{}.max_compressed_bytes<double>(64));
+  q.resize(u4{}.compress(exec, span<const double>(zeros), span<std::byte>(q)));
+  u4{}.decompress_add(exec, span<const std::byte>(q), span<double>(plain));
+  CHECK(accum == plain);
+  std::vector<float> f(64, 3.0f);  // float outputs keep their one rounding
+  c.decompress_add(exec, span<const std::byte>(p), span<float>(f), 0.5f);
+  CHECK(f == std::vector<float>(64, 3.0f));
 }

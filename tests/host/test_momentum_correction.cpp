@@ -80,6 +80,27 @@ TEST_CASE("momentum correction saves and restores its state", "[momentum_correct
   CHECK_THROWS_AS((feedback::momentum_correction<sparse, float, host>(exec, c, n, 1.0f)), invalid_argument);
 }
 
+TEST_CASE("double states update in double: momentum correction and signum", "[momentum_correction]") {
+  host exec;
+  const std::size_t n = 4;
+  const std::vector<double> g = {1000.0, 0.1, 1e-9, 1e-9};  // top-1 sends element 0 only
+  const sparse top1{sparsify::topk::count(1)};
+  feedback::momentum_correction<sparse, double, host> mc(exec, top1, n, 0.5f);
+  std::vector<std::byte> out(mc.max_compressed_bytes<double>());
+  for (int step = 0; step < 3; ++step) mc.compress(exec, span<const double>(g), span<std::byte>(out));
+  // u = 1, 1.5, 1.75 times g, v their sum (4.25 g), each one rounding in double: in float,
+  // 0.1 and 1e-9 would show float's 24 bits.
+  const auto u = [](double x) { return std::fma(0.5, std::fma(0.5, x, x), x); };
+  CHECK(mc.velocity()[1] == u(0.1));
+  CHECK(mc.accumulated()[1] == 0.1 + std::fma(0.5, 0.1, 0.1) + u(0.1));
+  CHECK(mc.accumulated()[2] == 1e-9 + std::fma(0.5, 1e-9, 1e-9) + u(1e-9));
+  using sign_codec = codec<sparsify::none, quantize::sign<false>, encode::none>;
+  feedback::signum<sign_codec, double, host> sg(exec, sign_codec{}, n, 0.25f);
+  std::vector<std::byte> so(sg.max_compressed_bytes<double>());
+  sg.compress(exec, span<const double>(g), span<std::byte>(so));
+  CHECK(sg.momentum()[1] == std::fma(0.25, 0.0, 0.75 * 0.1));
+}
+
 TEST_CASE("momentum correction over sampled top-k keeps v zero where it sent", "[momentum_correction]") {
   const std::size_t n = 20000;
   host exec;

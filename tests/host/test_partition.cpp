@@ -77,6 +77,26 @@ TEST_CASE("the hash bitmap encodes a part's result over its members", "[partitio
     padded.back() = 1;  // a member bit beyond the last member
     CHECK_THROWS_AS(zen.decode_bitmap(p, n, span<const std::uint64_t>(padded)), format_error);
   }
+  // A part past the last is refused, as CUDA refuses it, not an empty result.
+  std::vector<std::uint64_t> bits(4);
+  CHECK_THROWS_WITH(zen.encode_bitmap(8, n, span<const std::uint64_t>(), span<std::uint64_t>(bits)),
+                    "partition: part 8 of 8");
+  CHECK_THROWS_WITH(zen.decode_bitmap(9, n, span<const std::uint64_t>(bits)), "partition: part 9 of 8");
+}
+
+TEST_CASE("fixed split names a bad index and writes nothing", "[partition]") {
+  const hash::partition zen{4, 3};
+  std::vector<std::uint64_t> slots(4 * 8), counts(4, 77), spill(4);
+  std::vector<std::uint32_t> spill_parts(4);
+  const auto split = [&](std::vector<std::uint64_t> sorted) {
+    return zen.split_fixed(span<const std::uint64_t>(sorted), 100, 8, 4, span<std::uint64_t>(slots),
+                           span<std::uint64_t>(counts), span<std::uint64_t>(spill), span<std::uint32_t>(spill_parts));
+  };
+  CHECK_THROWS_WITH(split({1, 5, 5, 9}), "partition::split_fixed: sorted[2] is 5 after 5: indices must be increasing "
+                                         "and below n = 100");
+  CHECK_THROWS_WITH(split({100}), "partition::split_fixed: sorted[0] is 100: indices must be increasing and below n = 100");
+  CHECK(counts == std::vector<std::uint64_t>(4, 77));  // the bad list was found before any write
+  CHECK(split({1, 5, 9}).unplaced == 0);
 }
 
 TEST_CASE("partition's executor overloads on the host give the plain functions' results", "[partition]") {

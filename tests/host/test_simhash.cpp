@@ -186,6 +186,10 @@ TEST_CASE("simhash rejects malformed and mismatched payloads, writing nothing", 
   rejects(hash::simhash{64, 24, 9}, good, wire::format_errc::bad_params);   // bits
   rejects(hash::simhash{64, 16, 8}, good, wire::format_errc::bad_params);   // seed
   rejects(sh, good, wire::format_errc::size_mismatch, 299);
+  std::vector<double> as_double(300, 1.0);  // an f32 payload is not a double tensor's
+  CHECK_THROWS_WITH(sh.decompress_add(exec, span<const std::byte>(good), span<double>(as_double)),
+                    "simhash: element type differs from the expected one: it holds f32, expected f64");
+  CHECK(as_double == std::vector<double>(300, 1.0));
   auto truncated = good;
   truncated.resize(good.size() - 16);
   rejects(sh, truncated, wire::format_errc::truncated);
@@ -204,8 +208,6 @@ TEST_CASE("simhash rejects malformed and mismatched payloads, writing nothing", 
   std::vector<float> kept(300, 1.0f);  // decompress, too, writes nothing before validating
   CHECK_THROWS_AS(sh.decompress(exec, span<const std::byte>(truncated), span<float>(kept)), format_error);
   CHECK(std::all_of(kept.begin(), kept.end(), [](float v) { return v == 1.0f; }));
-  std::vector<double> as_double(300);
-  CHECK_THROWS_AS(sh.decompress_add(exec, span<const std::byte>(good), span<double>(as_double)), format_error);
   CHECK_THROWS_AS((hash::simhash{48, 16, 1}), invalid_argument);
   CHECK_THROWS_AS((hash::simhash{64, 12, 1}), invalid_argument);
   CHECK_THROWS_AS((hash::simhash{64, 128, 1}), invalid_argument);

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -98,18 +99,36 @@ namespace detail {
 /// may start (CUB's storage and vector loads want that alignment).
 GRADZIP_HOST_DEVICE constexpr std::size_t scratch_aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-GRADZIP_HOST_DEVICE inline float momentum_step(float m, float g, float beta, float rest) {
-  return fmaf(beta, m, rest * g);
+/// The arithmetic of a state of T: double for double, float for float and the half types.
+template <class T>
+using state_arithmetic = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// a b + c with one rounding, in W (fmaf for float, fma for double).
+template <class W>
+GRADZIP_HOST_DEVICE inline W fused_multiply_add(W a, W b, W c) {
+  if constexpr (std::is_same_v<W, double>) {
+    return fma(a, b, c);
+  } else {
+    return fmaf(a, b, c);
+  }
 }
-/// DGC's momentum correction: u <- m u + g, then v <- v + u (float arithmetic, one rounding each).
-GRADZIP_HOST_DEVICE inline void correction_step(float& u, float& v, float g, float m) {
-  u = fmaf(m, u, g);
+
+/// beta m + rest g (rest = 1 - beta, in W), one rounding after the product rest g.
+template <class W>
+GRADZIP_HOST_DEVICE inline W momentum_step(W m, W g, W beta, W rest) {
+  return fused_multiply_add(beta, m, rest * g);
+}
+/// DGC's momentum correction: u <- m u + g, then v <- v + u (one rounding each, in W).
+template <class W>
+GRADZIP_HOST_DEVICE inline void correction_step(W& u, W& v, W g, W m) {
+  u = fused_multiply_add(m, u, g);
   v = v + u;
 }
 /// After sending d (the decoded payload): v <- v - d, and u <- 0 where d is nonzero.
-GRADZIP_HOST_DEVICE inline void mask_step(float& u, float& v, float d) {
+template <class W>
+GRADZIP_HOST_DEVICE inline void mask_step(W& u, W& v, W d) {
   v = v - d;
-  if (d != 0.0f) u = 0.0f;
+  if (d != W(0)) u = W(0);
 }
 GRADZIP_HOST_DEVICE inline float sign_of(float v) {
   return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);
@@ -152,19 +171,24 @@ struct executor_ops<host> {
     for (std::size_t i = 0; i < s.size(); ++i) a[i] = s[i] = from_double<T>(to_float(s[i]) + to_float(a[i]));
   }
 
-  /// m <- beta m + (1 - beta) g, as fmaf(beta, m, (1 - beta) g) in float (CUDA does the same).
+  /// m <- beta m + (1 - beta) g, as fma(beta, m, (1 - beta) g) in the state's arithmetic (float,
+  /// or double for double; CUDA does the same).
   template <class T>
   static void momentum(host&, span<T> m, span<const T> g, float beta) {
-    const float rest = 1.0f - beta;
-    for (std::size_t i = 0; i < m.size(); ++i) m[i] = from_double<T>(momentum_step(to_float(m[i]), to_float(g[i]), beta, rest));
+    using W = state_arithmetic<T>;
+    const W b = beta, rest = W(1) - b;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      m[i] = from_double<T>(momentum_step<W>(to_float(m[i]), to_float(g[i]), b, rest));
+    }
   }
 
   /// u <- m u + g; v <- v + u (momentum_correction's accumulation).
   template <class T>
   static void correct_momentum(host&, span<T> u, span<T> v, span<const T> g, float m) {
+    using W = state_arithmetic<T>;
     for (std::size_t i = 0; i < u.size(); ++i) {
-      float a = to_float(u[i]), b = to_float(v[i]);
-      correction_step(a, b, to_float(g[i]), m);
+      W a = to_float(u[i]), b = to_float(v[i]);
+      correction_step<W>(a, b, to_float(g[i]), m);
       u[i] = from_double<T>(a);
       v[i] = from_double<T>(b);
     }
@@ -173,9 +197,10 @@ struct executor_ops<host> {
   /// v <- v - d; u <- 0 where d != 0 (momentum_correction's masking after a send).
   template <class T>
   static void mask_sent(host&, span<T> u, span<T> v, span<const T> d) {
+    using W = state_arithmetic<T>;
     for (std::size_t i = 0; i < u.size(); ++i) {
-      float a = to_float(u[i]), b = to_float(v[i]);
-      mask_step(a, b, to_float(d[i]));
+      W a = to_float(u[i]), b = to_float(v[i]);
+      mask_step<W>(a, b, to_float(d[i]));
       u[i] = from_double<T>(a);
       v[i] = from_double<T>(b);
     }

@@ -47,11 +47,13 @@ std::vector<std::byte> save_dense_states(Exec& exec, const Buffer& a, const Buff
   return bytes;
 }
 
-/// Validates a saved state of n elements of T and returns its header; `what` names the caller
+/// Validates a saved state of n elements of T, all of `bytes` (another state after it, such as
+/// the second of EF21's two, is not this one's), and returns its header; `what` names the caller
 /// in error messages ("error_feedback::restore").
 template <class T>
 wire::header check_dense_state(span<const std::byte> bytes, std::size_t n, const char* what) {
-  const wire::header h = wire::read_header(bytes);
+  const wire::header h = wire::read_header(bytes, what);
+  wire::expect_whole(h, bytes, what);
   const wire::tag tags[1] = {wire::tag::values};
   wire::throw_if_failed(wire::expect_sections(h, tags, 1), what);
   if (h.codec.packed() != 0) {
@@ -87,15 +89,11 @@ void restore_dense_state(Exec& exec, span<const std::byte> bytes, Buffer& state,
 template <class T>
 std::pair<span<const std::byte>, span<const std::byte>> split_dense_states(span<const std::byte> bytes, std::size_t n,
                                                                            const char* what) {
-  const wire::header first = wire::read_header(bytes);
+  const wire::header first = wire::read_header(bytes, what);
   const span<const std::byte> a = bytes.subspan(0, first.total_bytes);
   const span<const std::byte> b = bytes.subspan(first.total_bytes, bytes.size() - first.total_bytes);
   check_dense_state<T>(a, n, what);
-  const wire::header second = check_dense_state<T>(b, n, what);
-  if (second.total_bytes != b.size()) {
-    wire::throw_if_failed(
-        wire::fail(wire::format_errc::trailing_bytes, b.size() - second.total_bytes, second.total_bytes), what);
-  }
+  check_dense_state<T>(b, n, what);  // and nothing after it
   return {a, b};
 }
 

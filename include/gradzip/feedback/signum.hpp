@@ -6,7 +6,8 @@
  * non-convex problems" (ICML 2018), Algorithm 2. Keeps the momentum m of one tensor in the
  * executor's memory; each step, with gradient g and 0 <= beta < 1:
  *
- *     m <- beta m + (1 − beta) g      (one fmaf per element, the same on host and CUDA)
+ *     m <- beta m + (1 − beta) g      (one fma per element, in float, or double for double
+ *                                      states; the same on host and CUDA)
  *     payload = C(m)
  *
  * With `Codec` a dense `quantize::sign<false>` codec this is Signum: each worker sends sign(m),

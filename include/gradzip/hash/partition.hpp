@@ -94,13 +94,14 @@ class partition {
                                          std::uint64_t overflow, span<std::uint64_t> slots, span<std::uint64_t> counts,
                                          span<std::uint64_t> spill, span<std::uint32_t> spill_parts) const {
     expect_split_sizes(capacity, overflow, slots, counts, spill, spill_parts);
+    for (std::size_t j = 0; j < sorted.size(); ++j) {  // all checked before any output is written
+      GRADZIP_EXPECTS(sorted[j] < n && (j == 0 || sorted[j] > sorted[j - 1]), "partition::split_fixed: sorted[", j,
+                      "] is ", sorted[j], j == 0 ? "" : gradzip::detail::concat(" after ", sorted[j - 1]),
+                      ": indices must be increasing and below n = ", n);
+    }
     for (auto& c : counts) c = 0;
     split_result r;
-    std::uint64_t previous = 0;
-    for (std::size_t j = 0; j < sorted.size(); ++j) {
-      const std::uint64_t i = sorted[j];
-      GRADZIP_EXPECTS(i < n && (j == 0 || i > previous), "partition::split_fixed: indices must be increasing and < n");
-      previous = i;
+    for (const std::uint64_t i : sorted) {
       const std::uint32_t p = part_of(i);
       if (counts[p] < capacity) {
         slots[p * capacity + counts[p]++] = i;
@@ -119,6 +120,7 @@ class partition {
   /// returns the member count.
   std::uint64_t encode_bitmap(std::uint32_t p, std::uint64_t n, span<const std::uint64_t> sorted,
                               span<std::uint64_t> bits) const {
+    check_part(p);
     for (auto& w : bits) w = 0;
     std::uint64_t member = 0;
     std::size_t next = 0;
@@ -186,6 +188,7 @@ class partition {
   /// The members of part p whose bits are set, in increasing order (`bits` from encode_bitmap).
   /// Throws if a bit is set past the part's last member.
   std::vector<std::uint64_t> decode_bitmap(std::uint32_t p, std::uint64_t n, span<const std::uint64_t> bits) const {
+    check_part(p);
     std::vector<std::uint64_t> out;
     std::uint64_t member = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -211,6 +214,9 @@ class partition {
     GRADZIP_EXPECTS(spill.size() >= overflow && spill_parts.size() >= overflow,
                     "partition::split_fixed: the overflow area needs ", overflow, " entries");
   }
+
+  /// Part p exists (as the CUDA backend checks, detail/cuda/partition.cuh).
+  void check_part(std::uint32_t p) const { GRADZIP_EXPECTS(p < parts_, "partition: part ", p, " of ", parts_); }
 
   std::uint32_t parts_;
   std::uint64_t seed_;

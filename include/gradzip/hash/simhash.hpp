@@ -171,7 +171,10 @@ class simhash {
     const wire::tag tags[3] = {wire::tag::params, wire::tag::scales, wire::tag::values};
     const wire::status frame_ok = wire::expect_frame(h, id.packed(), tags, 3, params_bytes);
     if (!frame_ok.ok()) return frame_ok;
-    if (h.type != type) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
+    if (h.type != type) {
+      return wire::fail(wire::format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
+                        static_cast<std::uint64_t>(type));
+    }
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
     const std::uint8_t* p = base + h.sections[0].offset;
     const wire::param_field fields[3] = {{0, 4, block}, {4, 4, bits}, {8, 8, seed}};
@@ -345,7 +348,7 @@ class simhash {
   /// Validates a payload of this configuration for n elements of T.
   template <class T>
   view parse(span<const std::byte> bytes, std::uint64_t n) const {
-    const wire::header h = wire::read_header(bytes);  // also verifies a CRC-32C, if sealed
+    const wire::header h = wire::read_header(bytes, "simhash");  // also verifies a CRC-32C, if sealed
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
     frame f;
     wire::throw_if_failed(check_frame(h, base, n, element_traits<T>::type, block_, bits_, seed_, f), "simhash");

@@ -421,11 +421,7 @@ class powersgd {
       wire::throw_if_failed(wire::fail(wire::format_errc::trailing_bytes, bytes.size(), 0), what);
     }
     if (!bytes.empty()) {
-      const wire::header h = feedback::detail::check_dense_state<float>(bytes, plan_.factor_elements(factor::q), what);
-      if (h.total_bytes != bytes.size()) {
-        wire::throw_if_failed(
-            wire::fail(wire::format_errc::trailing_bytes, bytes.size() - h.total_bytes, h.total_bytes), what);
-      }
+      feedback::detail::check_dense_state<float>(bytes, plan_.factor_elements(factor::q), what);  // and nothing after
       q = bytes;
     }
     if (params_.error_feedback) {

@@ -166,7 +166,10 @@ class count_sketch {
     const wire::tag tags[2] = {wire::tag::params, wire::tag::values};
     const wire::status frame_ok = wire::expect_frame(h, id.packed(), tags, 2, params_bytes);
     if (!frame_ok.ok()) return frame_ok;
-    if (h.type != element_type::f32) return wire::fail(wire::format_errc::bad_params, 0, static_cast<std::uint64_t>(h.type));
+    if (h.type != element_type::f32) {  // the cells are fp32
+      return wire::fail(wire::format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
+                        static_cast<std::uint64_t>(element_type::f32));
+    }
     const std::uint8_t* p = base + h.sections[0].offset;
     const wire::param_field fields[4] = {{0, 4, rows}, {4, 4, hash_family}, {8, 8, columns}, {16, 8, seed}};
     const wire::status params_ok = wire::expect_params(p, fields, 4);
@@ -339,7 +342,7 @@ class count_sketch {
 
   /// Validates a sketch payload of this configuration (and of n elements, if given).
   view parse(span<const std::byte> bytes, const std::uint64_t* n) const {
-    const wire::header h = wire::read_header(bytes);
+    const wire::header h = wire::read_header(bytes, "count_sketch");
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
     std::uint64_t table = 0;
     wire::throw_if_failed(check_frame(h, base, n, rows_, columns_, seed_, table), "count_sketch");

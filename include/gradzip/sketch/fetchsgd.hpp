@@ -151,7 +151,8 @@ class fetchsgd {
   /// change). Synchronous.
   void restore(Exec& exec, span<const std::byte> bytes) {
     constexpr const char* what = "fetchsgd::restore";
-    const wire::header h = wire::read_header(bytes);
+    const wire::header h = wire::read_header(bytes, what);
+    wire::expect_whole(h, bytes, what);
     const wire::tag tags[3] = {wire::tag::params, wire::tag::values, wire::tag::values};
     wire::throw_if_failed(wire::expect_frame(h, count_sketch::id.packed(), tags, 3, count_sketch::params_bytes), what);
     if (h.element_count != n_) wire::throw_if_failed(wire::fail(wire::format_errc::size_mismatch, h.element_count, n_), what);

@@ -37,6 +37,7 @@
 #include "gradzip/core/error.hpp"
 #include "gradzip/core/executor.hpp"
 #include "gradzip/detail/host/parallel.hpp"
+#include "gradzip/detail/values.hpp"
 #include "gradzip/random/hash.hpp"
 #include "gradzip/wire/reader.hpp"
 #include "gradzip/wire/writer.hpp"
@@ -180,12 +181,6 @@ class rotated {
     return scratch_offset(exec, padded) + padded * sizeof(float);
   }
 
-  /// accum + alpha y, with one fused multiply-add on every executor (the same rounding).
-  template <class T>
-  GRADZIP_HOST_DEVICE static T accumulated(T accum, float y, float alpha) {
-    return from_double<T>(fmaf(alpha, y, static_cast<float>(to_float(accum))));
-  }
-
   /// Header and params of a payload whose inner payload has `inner_bytes` bytes.
   GRADZIP_HOST_DEVICE static void write_frame(std::uint8_t* base, std::uint64_t inner_bytes, element_type type,
                                               std::uint64_t n, std::uint32_t block, std::uint64_t seed) {
@@ -214,6 +209,8 @@ class rotated {
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
     inner_at = h.sections[1].offset;
     inner_size = h.sections[1].size;
+    // Where compress puts it, right after the fixed params: the CUDA decoder reads it there.
+    if (inner_at != inner_offset()) return wire::fail(wire::format_errc::section_misaligned, 1, inner_at);
     // The values section is exactly the inner payload (its own checks follow in its decoder).
     wire::header inner;
     const wire::status nested = wire::parse_header(base + inner_at, inner_size, inner);
@@ -223,7 +220,7 @@ class rotated {
   }
 
   /// The offset of the inner payload in every rotated payload (the params section is fixed).
-  static std::uint64_t inner_offset() { return layout(0).at(1).offset; }
+  GRADZIP_HOST_DEVICE static std::uint64_t inner_offset() { return layout(0).at(1).offset; }
 
   /// On another executor (CUDA: device buffers; detail/cuda/hadamard.cuh).
   template <class T, class Exec, std::enable_if_t<!std::is_same_v<Exec, host>, int> = 0>
@@ -288,8 +285,13 @@ class rotated {
     float* y = rotated_scratch(exec, padded);
     inner_.decompress(exec, inner, span<float>(y, padded));
     rotation_.inverse(exec, span<float>(y, padded));
+    // As every codec accumulates (detail::accumulate): in double into a double output.
     const T zero = from_double<T>(0.0);
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = accumulated(overwrite ? zero : out[i], y[i], alpha);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      T sum = overwrite ? zero : out[i];
+      gradzip::detail::accumulate(sum, y[i], alpha);
+      out[i] = sum;
+    }
   }
 
   /// Scratch for the rotated vector, placed after what the inner codec uses: its compress
@@ -308,7 +310,7 @@ class rotated {
 
   /// The inner payload of a validated outer frame for n elements.
   span<const std::byte> parse(span<const std::byte> payload, std::uint64_t n) const {
-    const wire::header h = wire::read_header(payload);
+    const wire::header h = wire::read_header(payload, "rotated");
     std::uint64_t at = 0, size = 0;
     wire::throw_if_failed(check_frame(h, reinterpret_cast<const std::uint8_t*>(payload.data()), n, rotation_.block(),
                                       rotation_.seed(), at, size),

@@ -24,7 +24,7 @@ enum class format_errc : std::uint32_t {
   bad_total_size,         ///< total_bytes is smaller than the header or not a multiple of 16
   bad_section_count,      ///< more sections than the format allows, or not what the codec needs
   section_out_of_range,   ///< a section reaches past total_bytes or into the header
-  section_misaligned,     ///< a section offset is not a multiple of 16
+  section_misaligned,     ///< a section offset is not a multiple of 16, or not where the codec puts it
   section_overlap,        ///< sections overlap or are not in increasing offset order
   bad_section_tag,        ///< a section's tag is not the one the codec expects there
   codec_mismatch,         ///< the payload was made by another codec (stage ids differ)
@@ -42,7 +42,7 @@ enum class format_errc : std::uint32_t {
   varint_overrun,         ///< a chunk's gaps run past its data bytes, or leave some unread
   bad_chunk_table,        ///< a chunk-table entry disagrees with the data it indexes
   count_over_bound,       ///< compress: a data-dependent selection exceeds its payload bound
-  element_type_mismatch,  ///< a saved state holds another element type than the restoring object
+  element_type_mismatch,  ///< a payload or saved state holds another element type than the reader's
   trailing_bytes,         ///< bytes follow the last payload where none may
   step_incomplete,        ///< a payload of a multi-payload step arrived after an earlier one was rejected
 };

@@ -222,18 +222,28 @@ inline void throw_if_failed(const status& s, const char* context = "gradzip") {
   if (!s.ok()) throw format_error(s.code, ::gradzip::detail::concat(context, ": ", message(s)));
 }
 
-/// Host: parses, validates and (if present) checks the checksum of a payload's header.
-inline header read_header(span<const std::byte> bytes) {
+/// Host: parses, validates and (if present) checks the checksum of a payload's header; `context`
+/// names the caller in the message of the format_error it throws.
+inline header read_header(span<const std::byte> bytes, const char* context = "gradzip") {
   header h;
   const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
-  throw_if_failed(parse_header(p, bytes.size(), h));
+  throw_if_failed(parse_header(p, bytes.size(), h), context);
   if (h.flags & flag_checksum) {
     const std::uint32_t computed = payload_crc32c(p, h.total_bytes);
     if (computed != h.checksum) {
-      throw_if_failed(fail(format_errc::checksum_mismatch, h.checksum, computed));
+      throw_if_failed(fail(format_errc::checksum_mismatch, h.checksum, computed), context);
     }
   }
   return h;
+}
+
+/// Host: throws a trailing_bytes format_error unless the payload `h` heads is all of `bytes`. A
+/// saved state is read back whole: with another's bytes after it (EF21's second state, say), it
+/// is not this one's.
+inline void expect_whole(const header& h, span<const std::byte> bytes, const char* context) {
+  if (h.total_bytes != bytes.size()) {
+    throw_if_failed(fail(format_errc::trailing_bytes, bytes.size() - h.total_bytes, h.total_bytes), context);
+  }
 }
 
 }  // namespace gradzip::wire

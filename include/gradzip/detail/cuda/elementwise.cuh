@@ -42,11 +42,13 @@ void running_sum_kernel(T* s, T* a, std::uint64_t n) {
 
 template <class T>
 __global__ __launch_bounds__(elementwise_policy::threads)
-void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta, float rest) {
+void momentum_kernel(T* m, const T* g, std::uint64_t n, float beta) {
+  using W = state_arithmetic<T>;
+  const W b = beta, rest = W(1) - b;  // as the host's executor_ops<host>::momentum
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    m[i] = from_double<T>(momentum_step(to_float(m[i]), to_float(g[i]), beta, rest));
+    m[i] = from_double<T>(momentum_step<W>(to_float(m[i]), to_float(g[i]), b, rest));
   }
 }
 
@@ -56,8 +58,8 @@ void correct_momentum_kernel(T* u, T* v, const T* g, std::uint64_t n, float m) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    float a = to_float(u[i]), b = to_float(v[i]);
-    correction_step(a, b, to_float(g[i]), m);
+    state_arithmetic<T> a = to_float(u[i]), b = to_float(v[i]);
+    correction_step<state_arithmetic<T>>(a, b, to_float(g[i]), m);
     u[i] = from_double<T>(a);
     v[i] = from_double<T>(b);
   }
@@ -69,8 +71,8 @@ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    float a = to_float(u[i]), b = to_float(v[i]);
-    mask_step(a, b, to_float(d[i]));
+    state_arithmetic<T> a = to_float(u[i]), b = to_float(v[i]);
+    mask_step<state_arithmetic<T>>(a, b, to_float(d[i]));
     u[i] = from_double<T>(a);
     v[i] = from_double<T>(b);
   }
@@ -126,7 +128,7 @@ struct executor_ops<cuda> {
   static void momentum(cuda& exec, span<T> m, span<const T> g, float beta) {
     if (m.empty()) return;
     launch_over<elementwise_policy>(exec, m.size(), momentum_kernel<T>, m.data(), g.data(),
-                                    m.size(), beta, 1.0f - beta);
+                                    m.size(), beta);
   }
 
   template <class T>

@@ -649,6 +649,11 @@ TEST_CASE("cuda decompress_add_all checks every payload first, then adds them in
   CHECK(untouched.download() == start);
 }
 
+namespace {
+/// Whether a double is not a float: what a state or output computed in float would always be.
+bool beyond_float(double v) { return v != static_cast<double>(static_cast<float>(v)); }
+}  // namespace
+
 /// Steps a host and a CUDA instance of one stateful wrapper (error feedback, momentum
 /// correction, EF21) on the same gradients: each step's payloads must match byte for byte, and
 /// `after(payload)` checks anything else a step does; then the saved states must match, and the
@@ -703,6 +708,15 @@ TEST_CASE("cuda momentum correction follows the host's step for step", "[gpu]") 
       host, dev, h, d, n, 60,
       [&](gz::cuda& e) { return gz::feedback::momentum_correction<codec_t, float, gz::cuda>(e, c, n, 0.9f); },
       [](gz::span<const std::byte>) {});
+  // Over double, both compute in double: in float, every value of v would be a float.
+  gz::feedback::momentum_correction<codec_t, double, gz::host> hd(host, c, n, 0.9f);
+  gz::feedback::momentum_correction<codec_t, double, gz::cuda> dd(dev, c, n, 0.9f);
+  expect_wrapper_parity<double>(
+      host, dev, hd, dd, n, 80,
+      [&](gz::cuda& e) { return gz::feedback::momentum_correction<codec_t, double, gz::cuda>(e, c, n, 0.9f); },
+      [](gz::span<const std::byte>) {});
+  const auto v = hd.accumulated();
+  CHECK(std::count_if(v.begin(), v.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
 }
 
 TEST_CASE("cuda fused compressor follows the host's groups, state and decode", "[gpu]") {
@@ -812,6 +826,15 @@ TEST_CASE("cuda signum and majority vote follow the host", "[gpu]") {
     CHECK_THROWS_AS(dev.check(), gz::format_error);
     CHECK(untouched.download() == std::vector<float>(n, 42.0f));
   }
+  // Over double, Signum's momentum is computed in double on both executors.
+  gz::feedback::signum<sign_codec, double, gz::host> hd(host, sign_codec{}, n, 0.9f);
+  gz::feedback::signum<sign_codec, double, gz::cuda> dd(dev, sign_codec{}, n, 0.9f);
+  expect_wrapper_parity<double>(
+      host, dev, hd, dd, n, 90,
+      [&](gz::cuda& e) { return gz::feedback::signum<sign_codec, double, gz::cuda>(e, sign_codec{}, n, 0.9f); },
+      [](gz::span<const std::byte>) {});
+  const auto m = hd.momentum();
+  CHECK(std::count_if(m.begin(), m.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
 }
 
 TEST_CASE("cuda compress and decompress_add allocate nothing after reserve", "[gpu]") {
@@ -1893,36 +1916,9 @@ TEST_CASE("cuda Hadamard-rotated codecs equal the host's bytes and decode alike"
   dev.check();
   const auto got = acc.download();
   CHECK(got == want);
-  const auto beyond_float = [](double v) { return v != static_cast<double>(static_cast<float>(v)); };
   CHECK(std::count_if(got.begin(), got.end(), beyond_float) == static_cast<std::ptrdiff_t>(n));  // none in float
 }
 
-TEST_CASE("cuda double states update in double, as the host's", "[gpu]") {
-  REQUIRE_GPU();
-  using codec_t = gz::codec<gz::sparsify::topk>;
-  using sign_codec = gz::codec<gz::sparsify::none, gz::quantize::sign<false>, gz::encode::none>;
-  const std::size_t n = 5000;
-  gz::cuda dev;
-  gz::host host;
-  const codec_t c{gz::sparsify::topk::ratio(0.01)};
-  gz::feedback::momentum_correction<codec_t, double, gz::host> hm(host, c, n, 0.9f);
-  gz::feedback::momentum_correction<codec_t, double, gz::cuda> dm(dev, c, n, 0.9f);
-  expect_wrapper_parity<double>(
-      host, dev, hm, dm, n, 80,
-      [&](gz::cuda& e) { return gz::feedback::momentum_correction<codec_t, double, gz::cuda>(e, c, n, 0.9f); },
-      [](gz::span<const std::byte>) {});
-  gz::feedback::signum<sign_codec, double, gz::host> hs(host, sign_codec{}, n, 0.9f);
-  gz::feedback::signum<sign_codec, double, gz::cuda> ds(dev, sign_codec{}, n, 0.9f);
-  expect_wrapper_parity<double>(
-      host, dev, hs, ds, n, 90, [&](gz::cuda& e) { return gz::feedback::signum<sign_codec, double, gz::cuda>(e, sign_codec{}, n, 0.9f); },
-      [](gz::span<const std::byte>) {});
-  // Both computed in double: in float, every value would be a float.
-  const auto beyond_float = [](double v) { return v != static_cast<double>(static_cast<float>(v)); };
-  const auto v = hm.accumulated();
-  const auto m = hs.momentum();
-  CHECK(std::count_if(v.begin(), v.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
-  CHECK(std::count_if(m.begin(), m.end(), beyond_float) > static_cast<std::ptrdiff_t>(n / 2));
-}
 
 namespace {
 

@@ -152,18 +152,19 @@ using in_range_decode_functions =
     std::conjunction<same_function<&S::decode, &C::decode>, same_function<&S::decode_in_range, &C::decode_in_range>,
                      same_function<&S::in_range_code_floor, &C::in_range_code_floor>>;
 
-/// Functions<Values, its in_range_class>, or false where Values names no class or one of the
-/// functions is missing or overloaded (the detection idiom, Functions an alias template).
-template <template <class, class> class Functions, class Values, class = void>
+/// Functions<Values, ClassOf<Values>> (the class the stage names for a fast path), or false
+/// where Values names no class or one of the functions is missing or overloaded (the detection
+/// idiom; Functions and ClassOf alias templates).
+template <template <class, class> class Functions, template <class> class ClassOf, class Values, class = void>
 struct fast_path_of : std::false_type {};
-template <template <class, class> class Functions, class Values>
-struct fast_path_of<Functions, Values, std::void_t<Functions<Values, in_range_class_t<Values>>>>
-    : Functions<Values, in_range_class_t<Values>> {};
+template <template <class, class> class Functions, template <class> class ClassOf, class Values>
+struct fast_path_of<Functions, ClassOf, Values, std::void_t<Functions<Values, ClassOf<Values>>>>
+    : Functions<Values, ClassOf<Values>> {};
 
 template <class Values>
-inline constexpr bool has_in_range_encode = fast_path_of<in_range_encode_functions, Values>::value;
+inline constexpr bool has_in_range_encode = fast_path_of<in_range_encode_functions, in_range_class_t, Values>::value;
 template <class Values>
-inline constexpr bool has_in_range_decode = fast_path_of<in_range_decode_functions, Values>::value;
+inline constexpr bool has_in_range_decode = fast_path_of<in_range_decode_functions, in_range_class_t, Values>::value;
 
 /**
  * Whether a stage's statistics are its bucket's extrema, which any order and any arithmetic give
@@ -186,14 +187,8 @@ using extrema_functions =
                      same_function<&S::merge, &C::merge>, same_function<&S::stats_of_extrema, &C::stats_of_extrema>,
                      same_function<static_cast<record_from_stats<S>>(&S::make_record),
                                    static_cast<record_from_stats<C>>(&C::make_record)>>;
-template <class Values, class = void>
-struct extrema_stats_of : std::false_type {};
 template <class Values>
-struct extrema_stats_of<Values, std::void_t<extrema_functions<Values, extrema_class_t<Values>>>>
-    : extrema_functions<Values, extrema_class_t<Values>> {};
-
-template <class Values>
-inline constexpr bool has_extrema_stats = extrema_stats_of<Values>::value;
+inline constexpr bool has_extrema_stats = fast_path_of<extrema_functions, extrema_class_t, Values>::value;
 
 /// The values of N codes of one bucket, each handed to `use(l, value)` as it is made: by
 /// `decode_in_range` where the stage has it and every code qualifies (a vectorized pass over the

@@ -62,7 +62,7 @@ double median_seconds(const settings& s, Body&& body) {
 
 /// Weighted least squares of t = alpha + beta x with weights 1 / t^2 (relative error). A
 /// negative slope (the noise of a flat, launch-bound call) is refitted as alpha alone, a
-/// negative alpha as beta alone: cost models take no negative cost (`linear_cost::check`).
+/// negative alpha as beta alone: cost models take no negative cost (`codec_cost::check`).
 inline linear_cost fit(const std::vector<double>& x, const std::vector<double>& t) {
   double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {

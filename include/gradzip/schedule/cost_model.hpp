@@ -28,6 +28,7 @@
  */
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <map>
@@ -109,6 +110,16 @@ struct codec_cost {
     return e == executor_kind::device ? device_sparse_sync : host_sparse_sync;
   }
 
+  /// Its six costs with their JSON keys, in the order a cost model file writes them.
+  std::array<std::pair<const char*, const linear_cost*>, 6> named_costs() const {
+    return {{{"host_compress", &host_compress},
+             {"host_decompress_add", &host_decompress_add},
+             {"device_compress", &device_compress},
+             {"device_decompress_add", &device_decompress_add},
+             {"host_sparse_sync", &host_sparse_sync},
+             {"device_sparse_sync", &device_sparse_sync}}};
+  }
+
   /// Throws naming the codec and the field unless its sizes and costs are in range.
   void check() const {
     GRADZIP_EXPECTS(std::isfinite(ratio) && std::isfinite(fixed) && ratio >= 0.0 && fixed >= 0.0 && density > 0.0 &&
@@ -116,11 +127,7 @@ struct codec_cost {
                     "cost model: codec '", name, "' has ratio ", ratio, ", fixed ", fixed, " and density ", density,
                     " (ratio and fixed must be finite and >= 0, density in (0, 1])");
     GRADZIP_EXPECTS(!name.empty(), "cost model: a codec has no name (a plan names its codecs)");
-    const std::pair<const char*, const linear_cost*> costs[] = {
-        {"host_compress", &host_compress},       {"host_decompress_add", &host_decompress_add},
-        {"device_compress", &device_compress},   {"device_decompress_add", &device_decompress_add},
-        {"host_sparse_sync", &host_sparse_sync}, {"device_sparse_sync", &device_sparse_sync}};
-    for (const auto& [key, cost] : costs) {
+    for (const auto& [key, cost] : named_costs()) {
       GRADZIP_EXPECTS(cost->unmeasured() || cost->valid(), "cost model: codec '", name, "': ", key,
                       " must be unmeasured (NaN) or two finite costs >= 0, got alpha ", cost->alpha, " and beta ",
                       cost->beta);

@@ -43,13 +43,7 @@ inline json to_json(const codec_cost& c) {
   json o = json::object();
   o.set("name", c.name).set("ratio", c.ratio).set("fixed", c.fixed).set("density", c.density);
   o.set("summable", c.summable).set("identity", c.identity);
-  const std::pair<const char*, const linear_cost*> costs[] = {{"host_compress", &c.host_compress},
-                                                              {"host_decompress_add", &c.host_decompress_add},
-                                                              {"device_compress", &c.device_compress},
-                                                              {"device_decompress_add", &c.device_decompress_add},
-                                                              {"host_sparse_sync", &c.host_sparse_sync},
-                                                              {"device_sparse_sync", &c.device_sparse_sync}};
-  for (const auto& [key, cost] : costs) {
+  for (const auto& [key, cost] : c.named_costs()) {
     const bool zero_sparse = (cost == &c.host_sparse_sync || cost == &c.device_sparse_sync) && cost->alpha == 0.0 &&
                              cost->beta == 0.0;  // the default: not written
     if (cost->known() && !zero_sparse) o.set(key, to_json(*cost));

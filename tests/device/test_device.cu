@@ -1390,6 +1390,11 @@ TEST_CASE("cuda simhash equals the host's bytes and decodes alike", "[gpu]") {
     for (std::size_t n : {std::size_t{1}, std::size_t{block - 1}, std::size_t{3 * block + 5}, std::size_t{100000}}) {
       auto x = gradzip_tools::synthetic_gradient<float>(n, 7);
       if (n > 2 * block) x[block + 1] = std::numeric_limits<float>::quiet_NaN();  // one poisoned block
+      if (n == block - 1) {  // entries up to 3e37: the decode scales before each H (simhash::decode_magnitude)
+        float largest = 0.0f;
+        for (const float v : x) largest = std::max(largest, std::abs(v));
+        for (auto& v : x) v = v / largest * 3e37f;
+      }
       std::vector<std::byte> expected(sh.max_compressed_bytes<float>(n));
       expected.resize(sh.compress(host, gz::span<const float>(x), gz::span<std::byte>(expected), {4, 2}));
       device_vector<float> dx(x);
@@ -1441,7 +1446,14 @@ TEST_CASE("cuda simhash rejects malformed payloads and changes nothing", "[gpu]"
   rejects(gz::hash::simhash{64, 16, 8}, good, gz::wire::format_errc::bad_params);
   auto negative = good;
   negative[h.sections[1].offset + 3] = std::byte{0x80};  // block 0's scale gets its sign bit
-  rejects(sh, negative, gz::wire::format_errc::bad_code);
+  rejects(sh, negative, gz::wire::format_errc::bad_scale);
+  auto nan_with_bits = good;  // a poisoned block's bits must be zero
+  for (int k = 0; k < 4; ++k) {
+    nan_with_bits[h.sections[1].offset + 4 + k] = static_cast<std::byte>(gz::hash::simhash::poisoned_scale >> (8 * k));
+  }
+  nan_with_bits[h.sections[2].offset + 2] = std::byte{0};
+  nan_with_bits[h.sections[2].offset + 3] = std::byte{4};  // block 1's bit 10
+  rejects(sh, nan_with_bits, gz::wire::format_errc::bad_code);
   auto other = good;
   other[9] = std::byte{7};
   rejects(sh, other, gz::wire::format_errc::codec_mismatch);

@@ -3,6 +3,7 @@
 // deterministic bytes, NaN blocks loud, and malformed payloads rejected.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -91,6 +92,26 @@ TEST_CASE("simhash is exact along every block, for every size", "[simhash]") {
   // n = 0: a payload with no blocks.
   const auto empty = hash_of(sh, {}, {});
   CHECK(estimate(sh, empty, 0).empty());
+}
+
+TEST_CASE("simhash decodes gradients near fp32's largest without overflow", "[simhash]") {
+  // Entries up to about 3e37 (|x| about 2e38 per block of 64): each decode round scales by
+  // 1 / sqrt(B) before its H, so no partial sum passes the estimate's own size. With H first
+  // the sums passed 3.4e38 and the blocks decoded to NaN.
+  const hash::simhash sh{64, 16, 7};
+  auto x = gradzip_tools::synthetic_gradient<float>(640, 3);
+  float largest = 0.0f;
+  for (const float v : x) largest = std::max(largest, std::abs(v));
+  for (auto& v : x) v = v / largest * 3e37f;
+  for (std::uint32_t step = 0; step < 20; ++step) {
+    const auto e = estimate(sh, hash_of(sh, x, {step, 1}), x.size());
+    for (std::size_t first = 0; first < x.size(); first += 64) {
+      INFO("step " << step << ", block at " << first);
+      REQUIRE(std::all_of(e.begin() + first, e.begin() + first + 64, [](float v) { return std::isfinite(v); }));
+      const double norm2 = dot(x.data() + first, x.data() + first, 64);
+      CHECK(std::abs(dot(e.data() + first, x.data() + first, 64) - norm2) <= 1e-4 * norm2);
+    }
+  }
 }
 
 TEST_CASE("simhash's estimate is unbiased over the projection", "[simhash]") {
@@ -199,12 +220,21 @@ TEST_CASE("simhash rejects malformed and mismatched payloads, writing nothing", 
   for (std::uint32_t bad : {0x80000000u, 0xBF800000u, 0x7F800000u, 0x7FC00001u, 0xFFC00000u}) {
     auto corrupt = good;  // -0, -1, inf, a NaN other than the canonical one, a negative NaN
     for (int k = 0; k < 4; ++k) corrupt[scales + 4 + k] = static_cast<std::byte>(bad >> (8 * k));
-    rejects(sh, corrupt, wire::format_errc::bad_code);
+    rejects(sh, corrupt, wire::format_errc::bad_scale);
   }
+  auto negative = good;
+  for (int k = 0; k < 4; ++k) negative[scales + 8 + k] = static_cast<std::byte>(0xBF800000u >> (8 * k));
+  std::vector<float> out(300, 1.0f);
+  CHECK_THROWS_WITH(sh.decompress_add(exec, span<const std::byte>(negative), span<float>(out)),
+                    "simhash: bad block scale: block 2 has the scale word 0xbf800000, which is negative or not "
+                    "finite (the one non-finite scale is the NaN marker 0x7fc00000)");
   auto nan_with_bits = good;  // a poisoned block must carry zero bits
-  for (int k = 0; k < 4; ++k) nan_with_bits[scales + k] = static_cast<std::byte>(hash::simhash::poisoned_scale >> (8 * k));
-  nan_with_bits[codes] = std::byte{1};
+  for (int k = 0; k < 4; ++k) nan_with_bits[scales + 4 + k] = static_cast<std::byte>(hash::simhash::poisoned_scale >> (8 * k));
+  nan_with_bits[codes + 2] = std::byte{0};
+  nan_with_bits[codes + 3] = std::byte{4};  // block 1's bit 10: bit 26 of the payload
   rejects(sh, nan_with_bits, wire::format_errc::bad_code);
+  CHECK_THROWS_WITH(sh.decompress_add(exec, span<const std::byte>(nan_with_bits), span<float>(out)),
+                    "simhash: value code out of range: value 26 has code 1, the stage's largest is 0");
   std::vector<float> kept(300, 1.0f);  // decompress, too, writes nothing before validating
   CHECK_THROWS_AS(sh.decompress(exec, span<const std::byte>(truncated), span<float>(kept)), format_error);
   CHECK(std::all_of(kept.begin(), kept.end(), [](float v) { return v == 1.0f; }));

@@ -182,7 +182,7 @@ inline wire::status check_zen_frame(const std::uint8_t* bytes, std::uint64_t siz
   z.index_bytes = h.sections[1].size;
   // Only reduced parts and stages report failures, with a code that exists.
   if (z.failed > 1 || (z.failed == 1 && phase != 1 && phase != 3)) return wire::fail(format_errc::bad_params, 9, z.failed);
-  if (z.code > static_cast<std::uint16_t>(format_errc::step_incomplete)) {
+  if (z.code > static_cast<std::uint16_t>(wire::last_format_errc)) {
     return wire::fail(format_errc::bad_params, 10, z.code);
   }
   if (z.failed == 0 && (z.code != 0 || z.culprit != 0)) return wire::fail(format_errc::nonzero_reserved, at + 10);

@@ -30,7 +30,8 @@
  * u32 tensor id), scales (one fp32 per block), values (m bits per block, bit i of a block in
  * byte i / 8 at bit i % 8). A block holding NaN or inf (or whose scale overflows fp32) is sent
  * with the scale 0x7FC00000 and zero bits, and decodes to NaN: loud, never silently zero. The
- * decoder rejects every other scale that is negative or not finite, and bits set in a NaN block.
+ * decoder rejects every other scale that is negative or not finite (`bad_scale`), and bits set
+ * in a NaN block (`bad_code`).
  * Host executor, and CUDA (detail/cuda/simhash.cuh: blocks up to 8192, one thread block each,
  * the host's bytes; run where a GPU is lent).
  *
@@ -193,18 +194,31 @@ class simhash {
     return wire::status{};
   }
 
-  /// Block b's scale is finite and non-negative, or the canonical NaN with all bits zero.
+  /// Block b's scale is finite and non-negative (`bad_scale`), or the canonical NaN with all
+  /// bits zero (a set bit i is `bad_code` for bit b m + i: its code 1 above the largest, 0).
   GRADZIP_HOST_DEVICE static wire::status check_block(const std::uint8_t* scales, const std::uint8_t* codes,
                                                       std::uint64_t b, std::uint32_t bits) {
     const auto s = static_cast<std::uint32_t>(wire::detail::load_le(scales + 4 * b, 4));
     const bool finite_non_negative = (s >> 31) == 0 && (s & 0x7F800000u) != 0x7F800000u;
     if (finite_non_negative) return wire::status{};
-    if (s != poisoned_scale) return wire::fail(wire::format_errc::bad_code, b, s);
-    for (std::uint32_t q = 0; q < bits / 8; ++q) {
-      if (codes[b * (bits / 8) + q] != 0) return wire::fail(wire::format_errc::bad_code, b, s);
+    if (s != poisoned_scale) return wire::fail(wire::format_errc::bad_scale, b, s, poisoned_scale);
+    for (std::uint32_t i = 0; i < bits; ++i) {
+      if (((codes[b * (bits / 8) + i / 8] >> (i % 8)) & 1u) != 0) {
+        return wire::fail(wire::format_errc::bad_code, b * bits + i, 1, 0);
+      }
     }
     return wire::status{};
   }
+
+  /// The value every sampled row starts the decode with: scale (B / m) / sqrt(B), rounded once.
+  /// The decode applies each round's 1 / sqrt(B) before its H (this one the last round's), so no
+  /// partial sum of H exceeds the estimate's norm: with H first, |x| near 1e37 overflowed fp32.
+  GRADZIP_HOST_DEVICE static float decode_magnitude(std::uint32_t scale_bits, double sqrt_block, std::uint32_t bits) {
+    return static_cast<float>(static_cast<double>(gradzip::detail::bit_cast<float>(scale_bits)) * sqrt_block / bits);
+  }
+  /// 1 / sqrt(B) in fp32 from sqrt(B) in double, as every executor computes them.
+  GRADZIP_HOST_DEVICE static float inverse_sqrt_of(double sqrt_block) { return static_cast<float>(1.0 / sqrt_block); }
+  double sqrt_block() const { return std::sqrt(static_cast<double>(block_)); }
 
   wire::payload_layout layout(std::uint64_t n) const { return layout_for(n, block_, bits_); }
   template <class T>
@@ -281,8 +295,9 @@ class simhash {
     const std::uint64_t count = std::min<std::uint64_t>(block_, x.size() - first);
     for (std::uint32_t k = 0; k < block_; ++k) v[k] = k < count ? static_cast<float>(to_float(x[first + k])) : 0.0f;
     const double norm2 = lane_sum(block_, [&](std::uint32_t k) { return static_cast<double>(v[k]) * v[k]; });
+    const float inverse_sqrt = inverse_sqrt_of(sqrt_block());
     for (std::uint32_t r = 0; r < rounds; ++r) {  // v <- (H D_r / sqrt(B)) v
-      flip_and_scale(v, p, r);
+      flip_and_scale(v, p, r, inverse_sqrt);
       transform::hadamard::walsh_hadamard(v, block_);
     }
     std::uint8_t* bits = codes + b * (bits_ / 8);
@@ -307,9 +322,11 @@ class simhash {
       return;
     }
     const projection p = projection_of(v.ctx, b);
-    // x^ = R^T (scale B / m) S^T sign, R^T = product over rounds, last first, of D_r H / sqrt(B).
-    const auto magnitude = static_cast<float>(static_cast<double>(gradzip::detail::bit_cast<float>(scale_bits)) *
-                                              block_ / bits_);
+    // x^ = R^T (scale B / m) S^T sign, R^T = product over rounds, last first, of D_r H / sqrt(B),
+    // computed as D_r H (u / sqrt(B)): the first 1 / sqrt(B) is in the magnitude, each next one
+    // joins the previous round's D_r (a sign flip commutes with the rounding of a product).
+    const float magnitude = decode_magnitude(scale_bits, sqrt_block(), bits_);
+    const float inverse_sqrt = inverse_sqrt_of(sqrt_block());
     std::fill(u, u + block_, 0.0f);
     const std::uint8_t* bits = v.codes + b * (bits_ / 8);
     for (std::uint32_t i = 0; i < bits_; ++i) {
@@ -317,7 +334,7 @@ class simhash {
     }
     for (std::uint32_t r = rounds; r-- > 0;) {
       transform::hadamard::walsh_hadamard(u, block_);
-      flip_and_scale(u, p, r);
+      flip_and_scale(u, p, r, r > 0 ? inverse_sqrt : 1.0f);
     }
     for (std::uint64_t k = 0; k < count; ++k) gradzip::detail::accumulate(out[first + k], u[k], alpha);
   }
@@ -331,16 +348,15 @@ class simhash {
     return gradzip::detail::lane_sum<double>(count, term);
   }
 
-  /// v <- D_r v / sqrt(B), 64 elements per sign word; the sign as a flip of the sign bit (a
+  /// v <- D_r v factor, 64 elements per sign word; the sign as a flip of the sign bit (a
   /// multiply by +-1 would compile into a branch that mispredicts on every other element).
-  void flip_and_scale(float* v, const projection& p, std::uint32_t r) const {
-    const float inverse_sqrt = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block_)));
+  void flip_and_scale(float* v, const projection& p, std::uint32_t r, float factor) const {
     for (std::uint32_t w = 0; w < block_ / 64 + (block_ % 64 != 0 ? 1 : 0); ++w) {
       const std::uint64_t signs = p.sign_word(r, w);
       const std::uint32_t end = std::min<std::uint32_t>(block_, 64 * w + 64);
       for (std::uint32_t k = 64 * w; k < end; ++k) {
         const auto flip = static_cast<std::uint32_t>(signs >> (k & 63)) << 31;
-        v[k] = gradzip::detail::bit_cast<float>(gradzip::detail::bit_cast<std::uint32_t>(v[k] * inverse_sqrt) ^ flip);
+        v[k] = gradzip::detail::bit_cast<float>(gradzip::detail::bit_cast<std::uint32_t>(v[k] * factor) ^ flip);
       }
     }
   }

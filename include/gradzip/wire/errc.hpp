@@ -45,7 +45,11 @@ enum class format_errc : std::uint32_t {
   element_type_mismatch,  ///< a payload or saved state holds another element type than the reader's
   trailing_bytes,         ///< bytes follow the last payload where none may
   step_incomplete,        ///< a payload of a multi-payload step arrived after an earlier one was rejected
+  bad_scale,              ///< a block's scale is negative or not finite, and not the codec's NaN marker
 };
+
+/// The last code: a code read from bytes (Zen's part messages carry one) is at most this.
+inline constexpr format_errc last_format_errc = format_errc::bad_scale;
 
 /// A short English description of a code.
 inline const char* describe(format_errc code) noexcept {
@@ -82,6 +86,7 @@ inline const char* describe(format_errc code) noexcept {
     case format_errc::element_type_mismatch: return "element type differs from the expected one";
     case format_errc::trailing_bytes: return "trailing bytes after the payload";
     case format_errc::step_incomplete: return "an earlier payload of this step was rejected";
+    case format_errc::bad_scale: return "bad block scale";
   }
   return "unknown error";
 }

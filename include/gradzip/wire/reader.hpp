@@ -210,6 +210,9 @@ inline std::string message(const status& s) {
       return concat(what, ": ", s.a, " bytes follow a payload of ", s.b);
     case format_errc::step_incomplete:
       return concat(what, ": payload ", s.a, " of the step was rejected earlier: start the step over");
+    case format_errc::bad_scale:
+      return concat(what, ": block ", s.a, " has the scale word 0x", std::hex, s.b,
+                    ", which is negative or not finite (the one non-finite scale is the NaN marker 0x", s.c, ")");
     case format_errc::count_over_bound:
       return concat(what, ": ", s.a, " elements selected, max_compressed_bytes holds ", s.b,
                     " (non-finite values are always kept: is the gradient diverging?)");

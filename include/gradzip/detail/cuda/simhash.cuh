@@ -29,13 +29,13 @@ __device__ double warp_lane_sum(std::uint32_t count, Term term) {
   return acc;
 }
 
-/// v <- D_r v / sqrt(B): the host's flip_and_scale.
+/// v <- D_r v factor: the host's flip_and_scale.
 __device__ inline void flip_and_scale(float* v, const sh::projection& p, std::uint32_t r, std::uint32_t size,
-                                      float inverse_sqrt) {
+                                      float factor) {
   for (std::uint32_t k = threadIdx.x; k < size; k += blockDim.x) {
     const std::uint64_t signs = p.sign_word(r, k >> 6);
     const auto flip = static_cast<std::uint32_t>(signs >> (k & 63)) << 31;
-    v[k] = bit_cast<float>(bit_cast<std::uint32_t>(v[k] * inverse_sqrt) ^ flip);
+    v[k] = bit_cast<float>(bit_cast<std::uint32_t>(v[k] * factor) ^ flip);
   }
   __syncthreads();
 }
@@ -147,7 +147,7 @@ struct block_recheck {
 template <class T>
 __global__ __launch_bounds__(simhash_policy::threads)
 void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
-                  std::uint32_t bits, std::uint64_t seed, float alpha, float inverse_sqrt,
+                  std::uint32_t bits, std::uint64_t seed, float alpha, double sqrt_block,
                   const wire::status* st) {
   if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
   float* u = dynamic_shared_memory<float>();
@@ -163,7 +163,8 @@ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::ui
       continue;
     }
     const sh::projection p = sh::projection_for(seed, block, f.ctx, b);
-    const auto magnitude = static_cast<float>(static_cast<double>(bit_cast<float>(scale_bits)) * block / bits);
+    const float magnitude = sh::decode_magnitude(scale_bits, sqrt_block, bits);  // the host's order: see there
+    const float inverse_sqrt = sh::inverse_sqrt_of(sqrt_block);
     for (std::uint32_t k = threadIdx.x; k < block; k += blockDim.x) u[k] = 0.0f;
     __syncthreads();
     const std::uint8_t* codes = bytes + f.codes + b * (bits / 8);
@@ -173,7 +174,7 @@ void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::ui
     __syncthreads();
     for (std::uint32_t r = sh::rounds; r-- > 0;) {
       walsh_hadamard(u, block);
-      flip_and_scale(u, p, r, block, inverse_sqrt);
+      flip_and_scale(u, p, r, block, r > 0 ? inverse_sqrt : 1.0f);
     }
     for (std::uint64_t k = threadIdx.x; k < count; k += blockDim.x) accumulate(out[first + k], u[k], alpha);
     __syncthreads();  // u is rewritten for the next block
@@ -186,8 +187,6 @@ template <>
 struct simhash_backend<cuda> {
   /// Shared memory holds one block of floats: 32 KB at most (the default per-block limit is 48 KB).
   static constexpr std::uint32_t max_block = 8192;
-
-  static float inverse_sqrt(std::uint32_t block) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(block))); }
 
   static void expect_block(const hash::simhash& s, const char* what) {
     GRADZIP_EXPECTS(s.block() <= max_block, what, ": the CUDA backend handles blocks of at most ", max_block,
@@ -210,7 +209,7 @@ struct simhash_backend<cuda> {
       launch_units<simhash_policy>(exec, blocks, s.block() * sizeof(float),
                                    simhash_device::compress_kernel<T>, x.data(), x.size(), base,
                                    l.at(1).offset, l.at(2).offset, s.block(), s.bits(), s.seed(),
-                                   ctx, inverse_sqrt(s.block()));
+                                   ctx, hash::simhash::inverse_sqrt_of(s.sqrt_block()));
     }
     return l.total_bytes();
   }
@@ -235,7 +234,7 @@ struct simhash_backend<cuda> {
       launch_units<simhash_policy>(exec, blocks, s.block() * sizeof(float),
                                    simhash_device::apply_kernel<T>, bytes, payload.size(),
                                    out.data(), out.size(), s.block(), s.bits(), s.seed(), alpha,
-                                   inverse_sqrt(s.block()), exec.status_word());
+                                   s.sqrt_block(), exec.status_word());
     }
   }
 };

@@ -1659,13 +1659,23 @@ TEST_CASE("cuda hash partition equals the host's loads, split and hash bitmap", 
       CHECK(dspill.download() == spill);
       CHECK(dspill_parts.download() == spill_parts);
     }
-    // Not increasing: refused as on the host.
-    std::vector<std::uint64_t> unsorted{5, 3};
-    device_vector<std::uint64_t> du(unsorted), dslots(std::size_t{parts}), dcounts(std::size_t{parts}), dspill(std::size_t{1});
-    device_vector<std::uint32_t> dparts(std::size_t{1});
-    CHECK_THROWS_AS(zen.split_fixed(dev, gz::span<const std::uint64_t>(du.data, du.size), n, 1, 1, dslots.view(),
-                                    dcounts.view(), dspill.view(), dparts.view()),
-                    gz::invalid_argument);
+    // Not increasing, or not below n: refused as on the host, with its message, before any write.
+    const std::vector<std::uint64_t> sentinel(parts, 7);
+    for (const auto& [bad, message] :
+         {std::pair<std::vector<std::uint64_t>, std::string>{{1, 2, 5, 3, 9}, "sorted[3] is 3 after 5"},
+          {{0, 0}, "sorted[1] is 0 after 0"},
+          {{n}, "sorted[0] is " + std::to_string(n)}}) {
+      device_vector<std::uint64_t> du(bad), dslots(sentinel), dcounts(sentinel), dspill(std::vector<std::uint64_t>{7});
+      device_vector<std::uint32_t> dparts(std::vector<std::uint32_t>{7});
+      CHECK_THROWS_WITH(zen.split_fixed(dev, gz::span<const std::uint64_t>(du.data, du.size), n, 1, 1, dslots.view(),
+                                        dcounts.view(), dspill.view(), dparts.view()),
+                        "partition::split_fixed: " + message + ": indices must be increasing and below n = " +
+                            std::to_string(n));
+      CHECK(dslots.download() == sentinel);
+      CHECK(dcounts.download() == sentinel);
+      CHECK(dspill.download() == std::vector<std::uint64_t>{7});
+      CHECK(dparts.download() == std::vector<std::uint32_t>{7});
+    }
   }
   const gz::hash::partition zen{8, 11};
   const std::uint64_t m = 50000;

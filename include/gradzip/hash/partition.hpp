@@ -95,9 +95,9 @@ class partition {
                                          span<std::uint64_t> spill, span<std::uint32_t> spill_parts) const {
     expect_split_sizes(capacity, overflow, slots, counts, spill, spill_parts);
     for (std::size_t j = 0; j < sorted.size(); ++j) {  // all checked before any output is written
-      GRADZIP_EXPECTS(sorted[j] < n && (j == 0 || sorted[j] > sorted[j - 1]), "partition::split_fixed: sorted[", j,
-                      "] is ", sorted[j], j == 0 ? "" : gradzip::detail::concat(" after ", sorted[j - 1]),
-                      ": indices must be increasing and below n = ", n);
+      if (sorted[j] >= n || (j != 0 && sorted[j] <= sorted[j - 1])) {
+        refuse_split_index(j, sorted[j], j == 0 ? 0 : sorted[j - 1], n);
+      }
     }
     for (auto& c : counts) c = 0;
     split_result r;
@@ -113,6 +113,15 @@ class partition {
       }
     }
     return r;
+  }
+
+  /// split_fixed's error for sorted[j], the first index not increasing or not below n (every
+  /// executor's message).
+  [[noreturn]] static void refuse_split_index(std::uint64_t j, std::uint64_t value, std::uint64_t previous,
+                                              std::uint64_t n) {
+    throw invalid_argument(gradzip::detail::concat("partition::split_fixed: sorted[", j, "] is ", value,
+                                                   j == 0 ? "" : gradzip::detail::concat(" after ", previous),
+                                                   ": indices must be increasing and below n = ", n));
   }
 
   /// The hash bitmap of part p: bit j says whether p's j-th member (in index order) is among

@@ -61,15 +61,17 @@ __device__ inline bool out_of_order(const std::uint64_t* sorted, std::uint64_t j
   return sorted[j] >= n || (j > 0 && sorted[j] <= sorted[j - 1]);
 }
 
-/// part[j] and position[j] = j for each index, and a flag if the list is not increasing or < n.
+/// part[j] and position[j] = j for each index; first_bad: the least j not increasing or < n
+/// (it starts at ~0).
 template <class = void>
 __global__ __launch_bounds__(partition_policy::threads)
 void prepare_kernel(const std::uint64_t* sorted, std::uint64_t m, std::uint64_t n, std::uint64_t seed,
-                    std::uint32_t parts, std::uint32_t* part, std::uint32_t* position, unsigned* bad) {
+                    std::uint32_t parts, std::uint32_t* part, std::uint32_t* position,
+                    unsigned long long* first_bad) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const std::uint64_t i = sorted[j];
-    if (out_of_order(sorted, j, n)) atomicOr(bad, not_increasing_or_out_of_range);
+    if (out_of_order(sorted, j, n)) atomicMin(first_bad, static_cast<unsigned long long>(j));
     part[j] = partition::part_of(seed, i, parts);
     position[j] = static_cast<std::uint32_t>(j);
   }
@@ -237,7 +239,7 @@ struct partition_backend<cuda> {
     GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<const std::uint32_t*>(nullptr),
                                                    static_cast<std::uint32_t*>(nullptr), m, exec.stream()));
     // Scratch: part, position, sorted part, sorted position, flag, spill place (m words each);
-    // first, end (parts each); total and bad; CUB's.
+    // first, end (parts each); total and the first bad index; CUB's.
     const std::size_t words = scratch_aligned(m * 4), runs = scratch_aligned(parts * 8);
     const std::size_t at_runs = 6 * words, at_scalars = at_runs + 2 * runs, at_temp = at_scalars + 256;
     std::byte* scratch = exec.scratch(at_temp + scratch_aligned(std::max(sort_bytes, scan_bytes)));
@@ -247,13 +249,15 @@ struct partition_backend<cuda> {
     auto* first = reinterpret_cast<std::uint64_t*>(scratch + at_runs);
     auto* end = reinterpret_cast<std::uint64_t*>(scratch + at_runs + runs);
     auto* total = reinterpret_cast<std::uint64_t*>(scratch + at_scalars);
-    auto* bad = reinterpret_cast<unsigned*>(scratch + at_scalars + 8);
-    GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_runs, 0, 2 * runs + 256, exec.stream()));
+    auto* first_bad = reinterpret_cast<unsigned long long*>(scratch + at_scalars + 8);
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(scratch + at_runs, 0, 2 * runs + 8, exec.stream()));
+    GRADZIP_CUDA_TRY(cudaMemsetAsync(first_bad, 0xFF, 8, exec.stream()));
     if (m != 0) {
       const unsigned grid = grid_for_policy<partition_policy>(exec, m);
       launch(partition_device::prepare_kernel<>, grid, partition_policy::threads,
              0, exec.stream(), sorted.data(), m, n, z.seed(), parts,
-             part, position, bad);
+             part, position, first_bad);
+      refuse_bad_index(exec, sorted, n, first_bad);  // before anything is written, as on the host
       GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, position,
                                                        sorted_position, m, 0, radix_bits(parts), exec.stream()));
       launch(partition_device::runs_kernel<>, grid, partition_policy::threads,
@@ -268,8 +272,7 @@ struct partition_backend<cuda> {
     }
     launch_over<partition_policy>(exec, parts, partition_device::counts_kernel<>, first, end, parts,
                                   capacity, counts.data());
-    const auto [spilled, flags] = read_scalars(exec, total, bad);
-    GRADZIP_EXPECTS(flags == 0, "partition::split_fixed: indices must be increasing and < n");
+    const std::uint64_t spilled = read_word(exec, total);
     hash::partition::split_result r;
     r.overflowed = spilled < overflow ? spilled : overflow;
     r.unplaced = spilled - r.overflowed;
@@ -324,6 +327,25 @@ struct partition_backend<cuda> {
     std::uint64_t value;
     unsigned flags;
   };
+  /// One word of device memory, after the stream's work so far.
+  template <class T>
+  static T read_word(cuda& exec, const T* word) {
+    T value{};
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(&value, word, sizeof(T), cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+    return value;
+  }
+
+  /// Throws the host's error for split_fixed's first bad index, if prepare_kernel found one.
+  static void refuse_bad_index(cuda& exec, span<const std::uint64_t> sorted, std::uint64_t n,
+                               const unsigned long long* first_bad) {
+    const std::uint64_t j = read_word(exec, first_bad);
+    if (j == ~std::uint64_t{0}) return;
+    const std::uint64_t value = read_word(exec, sorted.data() + j);
+    const std::uint64_t previous = j == 0 ? 0 : read_word(exec, sorted.data() + j - 1);
+    hash::partition::refuse_split_index(j, value, previous, n);
+  }
+
   static scalars read_scalars(cuda& exec, const std::uint64_t* value, const unsigned* flags) {
     scalars s{};
     GRADZIP_CUDA_TRY(cudaMemcpyAsync(&s.value, value, 8, cudaMemcpyDeviceToHost, exec.stream()));

@@ -1379,6 +1379,21 @@ TEST_CASE("cuda sampled top-k equals the host's bytes", "[gpu]") {
   std::vector<float> ties(100000, 0.5f);  // the tie fallback
   for (std::size_t i = 0; i < 100; ++i) ties[i * 1000] = 2.0f;
   check_parity(ties, gz::codec<gz::sparsify::sampled_topk>{gz::sparsify::sampled_topk::count(1000)}, dev);
+  // Doubles just below the threshold float that round up to it: kept on both executors (the
+  // compare is against the least double that rounds to it, sparsify::detail::key_operand).
+  const auto s = gz::sparsify::sampled_topk::count(10, 0.05);
+  const std::size_t n = 100, size = s.sample_size(n);
+  std::vector<bool> sampled(n, false);
+  for (std::uint64_t j = 0; j < size; ++j) sampled[gz::sparsify::sampled_topk::sample_position(s.seed(), n, size, j)] = true;
+  std::vector<double> x(n, 1.0);
+  x[gz::sparsify::sampled_topk::sample_position(s.seed(), n, size, 0)] = 5.0 - 1e-9;
+  for (std::size_t i = 0, placed = 1; placed < 11; ++i) {
+    if (!sampled[i]) x[i] = 5.0 - 1e-9 * static_cast<double>(++placed);
+  }
+  gz::host host;
+  const gz::codec<gz::sparsify::sampled_topk> c{s};
+  CHECK(test::payload_indices(test::compress(c, host, x)).size() == 11);
+  check_parity(x, c, dev);
 }
 
 TEST_CASE("cuda simhash equals the host's bytes and decodes alike", "[gpu]") {

@@ -129,6 +129,18 @@ TEST_CASE("random-k composes with casts and rejects bad parameters", "[randomk]"
                         wire::format_errc::codec_mismatch);
 }
 
+TEST_CASE("random-k's unbiasing factor is the stratum's length exactly, beyond 2^24", "[randomk]") {
+  std::uint8_t params[24] = {};
+  params[16] = 1;  // scaled
+  const std::uint64_t n = (std::uint64_t{1} << 25) + 1;  // one stratum of 2^25 + 1: not a float
+  CHECK(sparsify::randomk::value_scale(params, n, 1, 0) == static_cast<double>(n));
+  const std::uint64_t big = (std::uint64_t{1} << 40) + 3;  // strata of 2^39 + 1 and 2^39 + 2
+  CHECK(sparsify::randomk::value_scale(params, big, 2, 0) + sparsify::randomk::value_scale(params, big, 2, 1) ==
+        static_cast<double>(big));
+  params[16] = 0;
+  CHECK(sparsify::randomk::value_scale(params, n, 1, 0) == 1.0);
+}
+
 TEST_CASE("random-k composes with bucketed quantizers: buckets over the k kept values", "[randomk]") {
   using rk_u4 = codec<sparsify::randomk, quantize::uniform<4>, encode::none>;
   using dense_u4 = codec<sparsify::none, quantize::uniform<4>, encode::none>;

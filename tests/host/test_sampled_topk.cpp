@@ -35,7 +35,8 @@ std::vector<std::uint64_t> checked_selection(const dgc& c, const std::vector<T>&
 }
 
 /// DGC's search written plainly (every round over all of x, as the device does): the sample's
-/// bracket, full histograms until the search decides, then every element with |x| >= tau.
+/// bracket, full histograms until the search decides, then every element whose key (its float's
+/// magnitude bits: NaN above inf) is at least tau's.
 template <class T>
 std::vector<std::uint64_t> reference_selection(const sparsify::sampled_topk& s, const std::vector<T>& x) {
   using sparsify::detail::magnitude_key;
@@ -59,14 +60,10 @@ std::vector<std::uint64_t> reference_selection(const sparsify::sampled_topk& s, 
     }
     state.decide(hist.data(), k, sparsify::sampled_topk::upper_count(k, n));
   }
-  float tau;
-  std::memcpy(&tau, &state.tau_key, 4);
   std::vector<std::uint64_t> kept;
-  sparsify::threshold{tau}.visit_tau<T>([&](auto t) {
-    for (std::uint64_t i = 0; i < n; ++i) {
-      if (sparsify::detail::passes(to_float(x[i]), t)) kept.push_back(i);
-    }
-  });
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (magnitude_key(static_cast<float>(to_float(x[i]))) >= state.tau_key) kept.push_back(i);
+  }
   return kept;
 }
 
@@ -142,6 +139,46 @@ TEST_CASE("sampled top-k selects what the plain search over all of x selects, fr
   const auto wide = sparsify::sampled_topk::ratio(0.01, 0.001);  // kept: k + the sample + 100 <= 1.2 k
   const auto nans = test::nan_floor_input(wide, g);
   check(wide, nans);
+}
+
+TEST_CASE("sampled top-k over doubles keeps those that round to the threshold float", "[sampled_topk]") {
+  // The search ranks a double by its float. Eleven distinct doubles just below 5 round to 5.0f,
+  // the threshold the search lands on for k = 10: all eleven are kept (k <= 11 <= 1.2 k). The
+  // compare against 5.0 itself, in double, kept none of them (a review's repro).
+  const std::size_t n = 100;
+  for (const double below : {1e-9, 2e-8}) {  // 5 - 22e-8 still rounds to 5.0f (half its ulp is 2.4e-7)
+    const auto s = sparsify::sampled_topk::count(10, 0.05);
+    // One of them sampled (the search's first bracket then lands on 5.0f's key), the others not.
+    const std::uint64_t size = s.sample_size(n);
+    std::vector<bool> sampled(n, false);
+    for (std::uint64_t j = 0; j < size; ++j) sampled[sparsify::sampled_topk::sample_position(s.seed(), n, size, j)] = true;
+    std::vector<double> x(n, 1.0);
+    x[sparsify::sampled_topk::sample_position(s.seed(), n, size, 0)] = 5.0 - below;
+    for (std::size_t i = 0, placed = 1; placed < 11; ++i) {
+      if (!sampled[i]) x[i] = 5.0 - below * static_cast<double>(++placed);
+    }
+    const auto want = reference_selection(s, x);
+    REQUIRE(want.size() == 11);
+    for (int threads : {1, 2}) {
+      host exec(threads);
+      INFO(threads << " threads, below " << below);
+      CHECK(test::payload_indices(test::compress(dgc{s}, exec, x)) == want);
+    }
+  }
+  // Ties at the float's midpoint go to the even neighbour: 1 + 2^-24 rounds to 1.0f, 1 + 3 2^-24
+  // to 1 + 2^-22 (even), so with the threshold at 1.0f the first is kept, a value below is not.
+  using sparsify::detail::least_double_rounding_to;
+  using sparsify::detail::magnitude_key;
+  CHECK(least_double_rounding_to(magnitude_key(1.0f)) == 1.0 - 0x1p-25);           // 1.0f's key is even
+  CHECK(least_double_rounding_to(magnitude_key(1.0f + 0x1p-23f)) == std::nextafter(1.0 + 0x1p-24, 2.0));  // odd
+  CHECK(least_double_rounding_to(0) == 0.0);
+  CHECK(least_double_rounding_to(1) == std::nextafter(0x1p-150, 1.0));              // the least subnormal, odd
+  for (std::uint32_t key : {1u, 2u, 0x00800000u, 0x3F800000u, 0x3F800001u, 0x7F7FFFFFu}) {
+    const double t = least_double_rounding_to(key);
+    INFO("key " << key);
+    CHECK(magnitude_key(static_cast<float>(t)) == key);
+    CHECK(magnitude_key(static_cast<float>(std::nextafter(t, 0.0))) == key - 1);
+  }
 }
 
 TEST_CASE("sampled top-k keeps between k and 1.2 k of the largest elements", "[sampled_topk]") {

@@ -179,6 +179,34 @@ TEST_CASE("topk ratio rounds up and keeps at least one element", "[topk]") {
   CHECK(r.selected_count(101) == 2);
   CHECK(r.selected_count(1 << 24) == 167773);
   CHECK(sparsify::topk::ratio(1.0).selected_count(77) == 77);
+  // Decimal ratios whose double is a little above them: 0.07 x 100 is 7.000000000000001 in
+  // double, and keeps 7 (it kept 8); a product truly above a whole number still rounds up.
+  CHECK(sparsify::topk::ratio(0.07).selected_count(100) == 7);
+  CHECK(sparsify::randomk::ratio(0.07, 1).selected_count(100) == 7);
+  CHECK(sparsify::sampled_topk::ratio(0.07).target_count(100) == 7);
+  CHECK(sparsify::topk::ratio(0.29).selected_count(100) == 29);
+  CHECK(sparsify::topk::ratio(0.07).selected_count(101) == 8);  // 7.07
+  CHECK(sparsify::topk::ratio(0.0700001).selected_count(100) == 8);
+  CHECK(sparsify::topk::ratio(0.5).selected_count((std::uint64_t{1} << 41) + 1) == (std::uint64_t{1} << 40) + 1);
+  // Every ratio d / 1000 of n = 1000 keeps d, and of n = 10^6 keeps 1000 d.
+  for (int d = 1; d <= 1000; ++d) {
+    INFO("ratio " << d << " / 1000");
+    CHECK(sparsify::topk::ratio(d / 1000.0).selected_count(1000) == static_cast<std::uint64_t>(d));
+    CHECK(sparsify::topk::ratio(d / 1000.0).selected_count(1000000) == static_cast<std::uint64_t>(d) * 1000);
+  }
+}
+
+TEST_CASE("sparsifiers constructed by default keep 1 %", "[topk]") {
+  CHECK(sparsify::topk{}.selected_count(1000) == 10);
+  CHECK(sparsify::randomk{}.selected_count(1000) == 10);
+  CHECK(sparsify::sampled_topk{}.target_count(1000) == 10);
+  CHECK(sparsify::sampled_topk{}.sample_rate() == sparsify::sampled_topk::default_sample_rate);
+  // A default sampled top-k codec sends about 1 % (it sent nothing: its k was 0).
+  host exec;
+  const auto x = gradzip_tools::synthetic_gradient<float>(100000, 4);
+  const auto kept = test::payload_indices(test::compress(codec<sparsify::sampled_topk>{}, exec, x));
+  CHECK(kept.size() >= 1000);
+  CHECK(kept.size() <= 1200);
 }
 
 TEST_CASE("topk of zero elements and k = 0", "[topk]") {

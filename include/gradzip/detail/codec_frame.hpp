@@ -151,7 +151,7 @@ struct frame {
 
   /// Random-k's unbiasing factor for value j of a parsed payload, applied on decode.
   GRADZIP_HOST_DEVICE static double implicit_scale(const payload_view& v, std::uint64_t j) {
-    return static_cast<double>(Structure::value_scale(v.structure_params, v.header.element_count, v.count, j));
+    return Structure::value_scale(v.structure_params, v.header.element_count, v.count, j);
   }
 
   /// The tensor index of payload element j (its own position for a dense structure).

@@ -14,12 +14,15 @@ inline double checked_ratio(double r, const char* who) {
   return r;
 }
 
-/// With ratio > 0: min(n, max(1, ceil(ratio n))) (0 for n = 0). Else `count`, which must not
-/// exceed n.
+/// With ratio > 0: min(n, max(1, ceil(ratio n))) (0 for n = 0), where a product below 2^40 that
+/// is within 2^-50 of itself above a whole number counts as that number: the double nearest a
+/// decimal ratio is often a little above it (0.07 is 0.07000000000000000666), and 0.07 of 100
+/// keeps 7, not 8. Else `count`, which must not exceed n.
 inline std::uint64_t kept_count(std::uint64_t count, double ratio, std::uint64_t n, const char* who) {
   if (ratio > 0.0) {
     if (n == 0) return 0;
-    const double k = std::ceil(ratio * static_cast<double>(n));
+    const double product = ratio * static_cast<double>(n);
+    const double k = std::ceil(product < 0x1p40 ? product - product * 0x1p-50 : product);
     return k >= static_cast<double>(n) ? n : (k < 1.0 ? 1 : static_cast<std::uint64_t>(k));
   }
   GRADZIP_EXPECTS(count <= n, who, ": k = ", count, " exceeds the tensor's element count ", n);

@@ -111,10 +111,11 @@ class randomk {
   }
 
   /// The factor value j is multiplied by on decode: its stratum's length when scaled, else 1.
-  GRADZIP_HOST_DEVICE static float value_scale(const std::uint8_t* p, std::uint64_t n, std::uint64_t k,
-                                               std::uint64_t j) {
-    if (p[16] == 0) return 1.0f;
-    return static_cast<float>(stratum_begin(n, k, j + 1) - stratum_begin(n, k, j));
+  /// In double: a length above 2^24 is not a float.
+  GRADZIP_HOST_DEVICE static double value_scale(const std::uint8_t* p, std::uint64_t n, std::uint64_t k,
+                                                std::uint64_t j) {
+    if (p[16] == 0) return 1.0;
+    return static_cast<double>(stratum_begin(n, k, j + 1) - stratum_begin(n, k, j));
   }
 
  private:

@@ -56,6 +56,7 @@ class sampled_topk {
   static constexpr double max_sample_rate = 0.05;
   static constexpr double default_sample_rate = 0.01;  // DGC samples 0.1 % to 1 %
 
+  /// Keeps about 1 % of every tensor (as topk{} and randomk{}), sampling 1 % of it.
   constexpr sampled_topk() = default;
 
   /// Keeps about k elements of every tensor (k <= n).
@@ -135,7 +136,7 @@ class sampled_topk {
   }
 
   std::uint64_t count_ = 0;
-  double ratio_ = 0.0;
+  double ratio_ = 0.01;  // > 0: k is a ratio of n (the default, 1 %); else count_
   double rate_ = default_sample_rate;
   std::uint64_t seed_ = 0x5eed;
 };
@@ -159,11 +160,42 @@ GRADZIP_HOST_DEVICE inline float threshold_value(key_threshold t) {
   std::memcpy(&f, t.key, 4);
   return f;
 }
-/// The threshold read once: passes(x, threshold_operand(t)) == passes(x, t).
-GRADZIP_HOST_DEVICE inline float threshold_operand(key_threshold t) { return threshold_value(t); }
-GRADZIP_HOST_DEVICE inline bool passes(float x, key_threshold t) { return !(fabsf(x) < threshold_value(t)); }
-GRADZIP_HOST_DEVICE inline bool passes(double x, key_threshold t) {
-  return !(fabs(x) < static_cast<double>(threshold_value(t)));
+
+/// The least double that rounds (to nearest, ties to even) to the float whose magnitude key is
+/// `key`: |x| >= it exactly when float(|x|) >= that float. The search ranks a double by its
+/// float (its key), so a double tensor keeps what the search counted, and no more: comparing
+/// |x| with the float itself dropped the doubles just below it that round up to it.
+GRADZIP_HOST_DEVICE inline double least_double_rounding_to(std::uint32_t key) {
+  if (key == 0) return 0.0;
+  float t, below;
+  const std::uint32_t below_key = key - 1;
+  std::memcpy(&t, &key, 4);
+  std::memcpy(&below, &below_key, 4);
+  const double midpoint = (static_cast<double>(t) + static_cast<double>(below)) / 2.0;  // exact: 25 bits
+  if ((key & 1u) == 0) return midpoint;  // the tie goes to t, whose significand is even
+  std::uint64_t bits;
+  std::memcpy(&bits, &midpoint, 8);
+  ++bits;  // the next double up (midpoint is positive and finite)
+  double above;
+  std::memcpy(&above, &bits, 8);
+  return above;
+}
+
+/// The threshold as the compares read it, once: the float, and for double inputs the least
+/// double that rounds to it.
+struct key_operand {
+  float value;
+  double least_double;
+};
+GRADZIP_HOST_DEVICE inline key_operand threshold_operand(key_threshold t) {
+  return {threshold_value(t), least_double_rounding_to(*t.key)};
+}
+GRADZIP_HOST_DEVICE inline bool passes(float x, key_operand t) { return !(fabsf(x) < t.value); }
+GRADZIP_HOST_DEVICE inline bool passes(double x, key_operand t) { return !(fabs(x) < t.least_double); }
+/// passes(x, threshold_operand(t)) == passes(x, t).
+template <class V>
+GRADZIP_HOST_DEVICE inline bool passes(V x, key_threshold t) {
+  return passes(x, threshold_operand(t));
 }
 
 /// The largest finite float's key: a threshold never goes above it (inf and NaN are kept).

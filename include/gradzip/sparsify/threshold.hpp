@@ -77,8 +77,6 @@ namespace detail {
 /// Whether x is kept: |x| >= t, or x is NaN (written so that NaN passes).
 GRADZIP_HOST_DEVICE inline bool passes(float x, float t) { return !(fabsf(x) < t); }
 GRADZIP_HOST_DEVICE inline bool passes(double x, double t) { return !(fabs(x) < t); }
-/// A double against a float threshold (sampled top-k's key, read: threshold_operand).
-GRADZIP_HOST_DEVICE inline bool passes(double x, float t) { return !(fabs(x) < static_cast<double>(t)); }
 
 /// The threshold as a selection loop compares against it. A threshold held in device memory
 /// (sampled top-k's key, hashed top-k's tau) overloads this to read it once per thread, before

@@ -58,9 +58,7 @@ struct structure_backend<host, sparsify::sampled_topk> {
       }
       state.decide(hist, k, sparsify::sampled_topk::upper_count(k, n));
     }
-    float t;
-    std::memcpy(&t, &state.tau_key, 4);
-    tau = t;
+    tau = sparsify::detail::least_double_rounding_to(state.tau_key);  // float inputs compare with its float, tau_key's
     const sparsify::threshold cut{tau};
     // A key >= tau_key >= floor is listed (tau_key can fall below floor where the floor was
     // inf's or NaN's key: max_threshold_key caps it). A subnormal tau is left to the x path

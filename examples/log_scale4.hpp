@@ -30,7 +30,7 @@ struct log_scale4 : gq::bucketed_stage<4, 128, log_scale_record> {
 
   GRADZIP_HOST_DEVICE static void write_params(std::uint8_t* p) { p[0] = format; }
   GRADZIP_HOST_DEVICE static gradzip::wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
-    if (p[0] != format) return gradzip::wire::fail(gradzip::wire::format_errc::bad_params, at, p[0]);
+    if (p[0] != format) return gradzip::wire::fail(gradzip::wire::format_errc::bad_params, at, p[0], format);
     for (int i = 1; i < 8; ++i) {
       if (p[i] != 0) return gradzip::wire::fail(gradzip::wire::format_errc::nonzero_reserved, at + i);
     }

@@ -20,6 +20,7 @@
 #include "common/synthetic_gradient.hpp"
 #include "common/thread_communicator.hpp"
 #include "common/top_level_stage.hpp"
+#include "common/two_faults.hpp"
 #include "common/topk_pairs.cuh"
 #include "device/device_helpers.cuh"
 #include "gradzip/gradzip.cuh"
@@ -1394,6 +1395,39 @@ TEST_CASE("cuda sampled top-k equals the host's bytes", "[gpu]") {
   const gz::codec<gz::sparsify::sampled_topk> c{s};
   CHECK(test::payload_indices(test::compress(c, host, x)).size() == 11);
   check_parity(x, c, dev);
+}
+
+TEST_CASE("cuda decoders refuse a payload with two faults for the host's first", "[gpu]") {
+  REQUIRE_GPU();
+  namespace tf = test::two_faults;
+  gz::cuda dev;
+  gz::host host;
+  const auto same_error = [&](const auto& codec, const std::vector<std::byte>& bytes) {
+    std::string want = "accepted", got = "accepted";
+    std::vector<float> out(tf::n, 1.0f);
+    try {
+      codec.decompress_add(host, gz::span<const std::byte>(bytes), gz::span<float>(out));
+    } catch (const gz::format_error& e) {
+      want = e.what();
+    }
+    device_vector<std::byte> dp(bytes);
+    device_vector<float> acc(std::vector<float>(tf::n, 1.0f));
+    codec.decompress_add(dev, gz::span<const std::byte>(dp.data, bytes.size()), acc.view());
+    try {
+      dev.check();
+    } catch (const gz::format_error& e) {
+      got = e.what();
+    }
+    CHECK(want != "accepted");
+    CHECK(got == want);
+    CHECK(acc.download() == std::vector<float>(tf::n, 1.0f));
+  };
+  const auto coo = tf::codec<tf::coo_codec>();
+  same_error(coo, tf::coo(5, 100));
+  same_error(coo, tf::coo(100, 5));
+  same_error(coo, tf::coo(5, 5));
+  same_error(tf::codec<tf::bitmap_codec>(), tf::bitmap());
+  same_error(tf::codec<tf::delta_codec>(), tf::delta());
 }
 
 TEST_CASE("cuda simhash equals the host's bytes and decodes alike", "[gpu]") {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/helpers.hpp"
+#include "common/two_faults.hpp"
 
 using namespace gradzip;
 using errc = wire::format_errc;
@@ -119,6 +120,90 @@ TEST_CASE("malformed payloads are rejected with a precise error", "[malformed]")
       CHECK(accum == std::vector<float>(c.output_size, 1.0f));  // untouched
     }
   }
+}
+
+TEST_CASE("a payload with two faults is refused for the first, as the CUDA decoder refuses it", "[malformed]") {
+  namespace tf = test::two_faults;
+  const auto message = [](const auto& codec, const std::vector<std::byte>& bytes, int threads) {
+    host exec(threads);
+    std::vector<float> out(tf::n, 1.0f);
+    try {
+      codec.decompress_add(exec, span<const std::byte>(bytes), span<float>(out));
+    } catch (const format_error& e) {
+      CHECK(out == std::vector<float>(tf::n, 1.0f));
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    const auto coo = tf::codec<tf::coo_codec>();
+    // COO: the first failing element; at one element its code before its index. A bad code
+    // after a bad index was reported first: the chunk's codes were all checked before its indices.
+    CHECK(message(coo, tf::coo(5, 100), threads) == "decompress: indices not strictly increasing: index[5] = 20 after 20");
+    CHECK(message(coo, tf::coo(100, 5), threads) ==
+          "decompress: value code out of range: value 5 has code 3, the stage's largest is 2");
+    CHECK(message(coo, tf::coo(5, 5), threads) ==
+          "decompress: value code out of range: value 5 has code 3, the stage's largest is 2");
+    // Bitmap and delta-varint: their indices, then the codes.
+    CHECK(message(tf::codec<tf::bitmap_codec>(), tf::bitmap(), threads) ==
+          "decompress: bitmap sets a bit past the element count: bit 1002 is set, n = 1001");
+    CHECK(message(tf::codec<tf::delta_codec>(), tf::delta(), threads).rfind("decompress: chunk table disagrees with the data", 0) == 0);
+  }
+}
+
+TEST_CASE("index encodings' errors name the slot, the chunk, the parameter and the bound they break", "[malformed]") {
+  const std::size_t n = 3001 * 3 + 2;
+  const std::uint64_t k = 3001;  // 3 delta-varint chunks; the last control group has one slot
+  std::vector<float> x(n, 0.0f);
+  for (std::uint64_t j = 0; j < k; ++j) x[3 * j] = 1.0f + static_cast<float>(j);
+  host exec;
+  const auto refused = [&](const auto& codec, const std::vector<std::byte>& bytes) {
+    std::vector<float> out(n);
+    try {
+      codec.decompress(exec, span<const std::byte>(bytes), span<float>(out));
+    } catch (const format_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const codec<sparsify::topk, quantize::none, encode::delta_varint> delta{sparsify::topk::count(k)};
+  const auto good = test::compress(delta, exec, x);
+  const auto h = wire::read_header(span<const std::byte>(good));
+  const std::size_t indices = h.sections[1].offset, control = 3 * encode::delta_varint::entry_bytes;
+  // The last group's unused slot 2 set (slot 1 clear): it named slot 1 and its code 0.
+  auto unused = good;
+  reinterpret_cast<std::uint8_t&>(unused[indices + control + (k + 3) / 4 - 1]) |= 0x30;
+  CHECK(refused(delta, unused) == "decompress: non-canonical varint: gap 3002 uses length code 3, its value needs code 0");
+  // Chunk 1's data offset past the data: it blamed chunk 0's entry.
+  auto far = good;
+  put(far, indices + encode::delta_varint::entry_bytes + 8, std::uint64_t{1} << 40, 8);
+  const std::uint64_t data_size = h.sections[1].size - encode::delta_varint::data_at(k);
+  CHECK(refused(delta, far) == "decompress: chunk table disagrees with the data: chunk 1 entry holds 1099511627776, "
+                               "the data give " + std::to_string(data_size));
+  // A parameter: its payload offset (it said "params byte 136") and the value expected.
+  const codec<sparsify::topk, quantize::none, encode::coo> coo{sparsify::topk::count(k)};
+  auto wide = test::compress(coo, exec, x);
+  const std::size_t width_at = wire::read_header(span<const std::byte>(wide)).sections[0].offset + 8;
+  wide[width_at] = std::byte{8};
+  CHECK(refused(coo, wide) == "decompress: invalid codec parameters: the parameter at payload byte " +
+                                  std::to_string(width_at) + " has value 8, expected 4");
+  // Delta-varint's section size against the bound it breaks (it said "expected k" or the least).
+  CHECK(wire::message(encode::check_section_size(encode::delta_varint::id, 100, 1000, 50, 1)) ==
+        "section size disagrees with its count: section 1 has 50 bytes, expected " +
+            std::to_string(encode::delta_varint::min_section_bytes(100)));
+  CHECK(wire::message(encode::check_section_size(encode::delta_varint::id, 100, 1000, 120, 1)) ==
+        "section size disagrees with its count: section 1 has 120 bytes, expected " +
+            std::to_string(encode::delta_varint::min_section_bytes(100)));
+  CHECK(wire::message(encode::check_section_size(encode::delta_varint::id, 10, 100, 1000, 1)) ==
+        "section size disagrees with its count: section 1 has 1000 bytes, expected " +
+            std::to_string(encode::delta_varint::max_section_bytes(10, 100)));
+  CHECK(encode::check_section_size(encode::delta_varint::id, 10, 100, encode::delta_varint::max_section_bytes(10, 100), 1).ok());
+  CHECK(wire::message(encode::check_section_size(encode::delta_varint::id, ~std::uint64_t{0}, ~std::uint64_t{0}, 64, 1)) ==
+        "section size disagrees with its count: section 1 has 64 bytes, expected 18446744073709551615");
+  // COO's k x 8 past 64 bits: the count against the largest that fits (it named n as the limit).
+  CHECK(wire::message(encode::check_section_size(encode::coo::id, (std::uint64_t{1} << 61) + 1, std::uint64_t{1} << 62, 0, 1)) ==
+        "count overflow: count 2305843009213693953 exceeds the limit 2305843009213693951");
 }
 
 TEST_CASE("a payload of another codec is named by its stages", "[malformed]") {

@@ -167,7 +167,7 @@ inline wire::status check_zen_frame(const std::uint8_t* bytes, std::uint64_t siz
   if (at + zen_part::params_bytes > avail) return wire::fail(format_errc::truncated, at + zen_part::params_bytes, avail);
   const std::uint8_t* p = bytes + at;
   const wire::param_field fields[3] = {{0, 4, part}, {4, 4, sender}, {8, 1, phase}};
-  s = wire::expect_params(p, fields, 3);
+  s = wire::expect_params(bytes, at, fields, 3);
   if (!s.ok()) return s;
   zen_part z;
   z.part = part;
@@ -181,12 +181,17 @@ inline wire::status check_zen_frame(const std::uint8_t* bytes, std::uint64_t siz
   z.encoding = encoding;
   z.index_bytes = h.sections[1].size;
   // Only reduced parts and stages report failures, with a code that exists.
-  if (z.failed > 1 || (z.failed == 1 && phase != 1 && phase != 3)) return wire::fail(format_errc::bad_params, 9, z.failed);
+  if (z.failed > 1 || (z.failed == 1 && phase != 1 && phase != 3)) {
+    return wire::fail(format_errc::bad_params, at + 9, z.failed, wire::no_expected_value);
+  }
   if (z.code > static_cast<std::uint16_t>(wire::last_format_errc)) {
-    return wire::fail(format_errc::bad_params, 10, z.code);
+    return wire::fail(format_errc::bad_params, at + 10, z.code, wire::no_expected_value);
   }
   if (z.failed == 0 && (z.code != 0 || z.culprit != 0)) return wire::fail(format_errc::nonzero_reserved, at + 10);
-  if (z.failed == 1 && (z.code == 0 || z.culprit >= ranks)) return wire::fail(format_errc::bad_params, 10, z.code);
+  if (z.failed == 1 && (z.code == 0 || z.culprit >= ranks)) {
+    return wire::fail(format_errc::bad_params, at + (z.code == 0 ? 10 : 12), z.code == 0 ? z.code : z.culprit,
+                      wire::no_expected_value);
+  }
   if (z.k > members || (z.failed == 1 && z.k != 0)) return wire::fail(format_errc::count_overflow, z.k, members);
   if (encoding == encode::coo::id) s = encode::coo::check_params(p + 24, members, at + 24);
   if (encoding == encode::bitmap::id) s = encode::bitmap::check_params(p + 24, members, at + 24);

@@ -95,7 +95,7 @@ struct frame {
       return wire::fail(wire::format_errc::count_overflow, v.count, h.element_count);
     }
     if (dense && v.count != h.element_count) {  // a dense payload sends every element
-      return wire::fail(wire::format_errc::bad_params, 0, v.count);
+      return wire::fail(wire::format_errc::bad_params, params_at, v.count, h.element_count);
     }
     if constexpr (implicit_indices) {
       s = Structure::check_params(params + 8, params_at + 8);

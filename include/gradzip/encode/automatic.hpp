@@ -49,7 +49,7 @@ struct automatic {
       case coo::id: return coo::check_params(p + 8, n, at + 8);
       case bitmap::id: return bitmap::check_params(p + 8, n, at + 8);
       case delta_varint::id: return delta_varint::check_params(p + 8, n, at + 8);
-      default: return wire::fail(wire::format_errc::bad_params, at, p[0]);
+      default: return wire::fail(wire::format_errc::bad_params, at, p[0], wire::no_expected_value);  // 1, 2 or 3
     }
   }
 
@@ -137,14 +137,23 @@ GRADZIP_HOST_DEVICE inline wire::status check_section_size(std::uint8_t encoding
   std::uint64_t expected = 0;
   if (encoding == coo::id) {
     if (!wire::detail::checked_mul(k, static_cast<std::uint64_t>(coo::index_width(n)), expected)) {
-      return wire::fail(format_errc::count_overflow, k, n);
+      // k indices of index_width bytes overflow 64 bits: name the largest count that does not.
+      return wire::fail(format_errc::count_overflow, k, ~std::uint64_t{0} / static_cast<std::uint64_t>(coo::index_width(n)));
     }
   } else if (encoding == bitmap::id) {
     expected = bitmap::section_bytes(k, n);
   } else {  // delta-varint: every gap takes 1 to gap_width bytes; decoding checks the rest
-    if (k > size) return wire::fail(format_errc::bad_section_size, at, size, k);  // before any overflow
-    if (size < delta_varint::min_section_bytes(k) || size > delta_varint::max_section_bytes(k, n)) {
+    // The bound the size breaks: the least (every gap one byte), or the most (every gap at full
+    // width). k > size first: min_section_bytes(k) (about 1.26 k) overflows for k near 2^64.
+    if (k > size) {
+      const std::uint64_t least = k > (std::uint64_t{1} << 62) ? ~std::uint64_t{0} : delta_varint::min_section_bytes(k);
+      return wire::fail(format_errc::bad_section_size, at, size, least);
+    }
+    if (size < delta_varint::min_section_bytes(k)) {
       return wire::fail(format_errc::bad_section_size, at, size, delta_varint::min_section_bytes(k));
+    }
+    if (size > delta_varint::max_section_bytes(k, n)) {
+      return wire::fail(format_errc::bad_section_size, at, size, delta_varint::max_section_bytes(k, n));
     }
     return {};
   }

@@ -38,7 +38,7 @@ struct coo {
   /// offset in the payload, for the error message.
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t n,
                                                        std::uint64_t at) {
-    if (p[0] != index_width(n)) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+    if (p[0] != index_width(n)) return wire::fail(wire::format_errc::bad_params, at, p[0], index_width(n));
     for (int i = 1; i < 8; ++i) {
       if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
     }

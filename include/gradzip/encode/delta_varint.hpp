@@ -89,8 +89,8 @@ struct delta_varint {
 
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t n,
                                                        std::uint64_t at) {
-    if (p[0] != gap_width(n)) return wire::fail(wire::format_errc::bad_params, at, p[0]);
-    if (p[1] != log2_chunk) return wire::fail(wire::format_errc::bad_params, at + 1, p[1]);
+    if (p[0] != gap_width(n)) return wire::fail(wire::format_errc::bad_params, at, p[0], gap_width(n));
+    if (p[1] != log2_chunk) return wire::fail(wire::format_errc::bad_params, at + 1, p[1], log2_chunk);
     for (int i = 2; i < 8; ++i) {
       if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
     }
@@ -184,7 +184,8 @@ struct delta_varint {
     if (c == 0 && base != 0) return wire::fail(format_errc::bad_chunk_table, 0, base, 0);
     if (c == 0 && begin != 0) return wire::fail(format_errc::bad_chunk_table, 0, begin, 0);
     if (base > n) return wire::fail(format_errc::index_out_of_range, c * chunk, base, n);
-    if (begin > end || end > data_size) return wire::fail(format_errc::bad_chunk_table, c, begin, end);
+    if (end > data_size) return wire::fail(format_errc::bad_chunk_table, c + 1, end, data_size);  // c + 1's entry
+    if (begin > end) return wire::fail(format_errc::bad_chunk_table, c, begin, end);
 
     const std::uint8_t* control = section + chunk_count * entry_bytes;
     const std::uint8_t* data = section + data_at(k);
@@ -203,8 +204,10 @@ struct delta_varint {
     for (; j < last; j += 4) {
       const unsigned ctrl = control[j / 4];
       const unsigned slots = last - j < 4 ? static_cast<unsigned>(last - j) : 4u;
-      if (slots < 4 && (ctrl >> (2 * slots)) != 0) {
-        return wire::fail(format_errc::non_canonical_varint, j + slots, (ctrl >> (2 * slots)) & 3, 0);
+      if (slots < 4 && (ctrl >> (2 * slots)) != 0) {  // an unused slot's code is set: name the first
+        unsigned unused = slots;
+        while (((ctrl >> (2 * unused)) & 3) == 0) ++unused;
+        return wire::fail(format_errc::non_canonical_varint, j + unused, (ctrl >> (2 * unused)) & 3, 0);
       }
       std::uint64_t group_bytes = 0;
       for (unsigned s = 0; s < slots; ++s) group_bytes += length_of(width, (ctrl >> (2 * s)) & 3);

@@ -179,7 +179,7 @@ class simhash {
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
     const std::uint8_t* p = base + h.sections[0].offset;
     const wire::param_field fields[3] = {{0, 4, block}, {4, 4, bits}, {8, 8, seed}};
-    const wire::status params_ok = wire::expect_params(p, fields, 3);
+    const wire::status params_ok = wire::expect_params(base, h.sections[0].offset, fields, 3);
     if (!params_ok.ok()) return params_ok;
     const wire::payload_layout l = layout_for(n, block, bits);
     for (std::uint32_t k = 1; k < 3; ++k) {

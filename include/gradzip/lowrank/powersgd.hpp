@@ -238,7 +238,7 @@ struct frame {
     if (h.element_count != elements) return wire::fail(wire::format_errc::size_mismatch, h.element_count, elements);
     const wire::param_field fields[5] = {{0, 1, static_cast<std::uint64_t>(which)}, {1, 3, 0}, {4, 4, rank},
                                          {8, 4, matrices}, {12, 4, 0}};
-    s = wire::expect_params(bytes + h.sections[0].offset, fields, 5);
+    s = wire::expect_params(bytes, h.sections[0].offset, fields, 5);
     if (!s.ok()) return s;
     if (h.sections[1].size != elements * sizeof(float)) {
       return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, elements * sizeof(float));

@@ -206,12 +206,12 @@ GRADZIP_HOST_DEVICE inline void write_kind_and_bucket(std::uint8_t* p, std::uint
 /// Checks such parameters against the decoder's; `at` is their offset in the payload.
 GRADZIP_HOST_DEVICE inline wire::status check_kind_and_bucket(const std::uint8_t* p, std::uint64_t at,
                                                               std::uint8_t kind, std::uint32_t bucket) {
-  if (p[0] != kind) return wire::fail(wire::format_errc::bad_params, at, p[0]);
+  if (p[0] != kind) return wire::fail(wire::format_errc::bad_params, at, p[0], kind);
   for (int i = 1; i < 4; ++i) {
     if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
   }
   const auto b = wire::detail::load_le(p + 4, 4);
-  if (b != bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+  if (b != bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b, bucket);
   return {};
 }
 

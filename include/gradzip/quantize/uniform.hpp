@@ -72,11 +72,13 @@ struct uniform : bucketed_stage<Bits, Bucket, uniform_record> {
   }
 
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
-    if (p[0] != Bits) return wire::fail(wire::format_errc::bad_params, at, p[0]);
-    if (p[1] != static_cast<std::uint8_t>(Rounding)) return wire::fail(wire::format_errc::bad_params, at + 1, p[1]);
+    if (p[0] != Bits) return wire::fail(wire::format_errc::bad_params, at, p[0], Bits);
+    if (p[1] != static_cast<std::uint8_t>(Rounding)) {
+      return wire::fail(wire::format_errc::bad_params, at + 1, p[1], static_cast<std::uint8_t>(Rounding));
+    }
     if (p[2] != 0 || p[3] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + (p[2] != 0 ? 2 : 3));
     const auto b = wire::detail::load_le(p + 4, 4);
-    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b);
+    if (b != Bucket) return wire::fail(wire::format_errc::bad_params, at + 4, b, Bucket);
     return {};
   }
 

@@ -170,9 +170,8 @@ class count_sketch {
       return wire::fail(wire::format_errc::element_type_mismatch, static_cast<std::uint64_t>(h.type),
                         static_cast<std::uint64_t>(element_type::f32));
     }
-    const std::uint8_t* p = base + h.sections[0].offset;
     const wire::param_field fields[4] = {{0, 4, rows}, {4, 4, hash_family}, {8, 8, columns}, {16, 8, seed}};
-    const wire::status params_ok = wire::expect_params(p, fields, 4);
+    const wire::status params_ok = wire::expect_params(base, h.sections[0].offset, fields, 4);
     if (!params_ok.ok()) return params_ok;
     const std::uint64_t table_bytes = static_cast<std::uint64_t>(rows) * columns * sizeof(float);
     if (h.sections[1].size != table_bytes) return wire::fail(wire::format_errc::bad_section_size, 1, h.sections[1].size, table_bytes);

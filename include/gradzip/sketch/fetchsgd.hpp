@@ -172,8 +172,12 @@ class fetchsgd {
     const auto* base = reinterpret_cast<const std::uint8_t*>(bytes.data());
     std::uint8_t params[count_sketch::params_bytes];
     count_sketch::write_params(params, cs_.rows(), cs_.columns(), cs_.seed());
-    if (std::memcmp(base + h.sections[0].offset, params, count_sketch::params_bytes) != 0) {
-      wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, 0, 0), what);
+    for (std::uint64_t i = 0; i < count_sketch::params_bytes; ++i) {  // the first byte that differs
+      if (base[h.sections[0].offset + i] != params[i]) {
+        wire::throw_if_failed(wire::fail(wire::format_errc::bad_params, h.sections[0].offset + i,
+                                         base[h.sections[0].offset + i], params[i]),
+                              what);
+      }
     }
     // The caller's bytes may sit at any address: stage both tables on the host.
     std::vector<std::byte> error = zero_sketch();

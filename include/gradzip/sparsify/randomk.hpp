@@ -83,7 +83,7 @@ class randomk {
   }
 
   GRADZIP_HOST_DEVICE static wire::status check_params(const std::uint8_t* p, std::uint64_t at) {
-    if (p[16] > 1) return wire::fail(wire::format_errc::bad_params, at + 16, p[16]);
+    if (p[16] > 1) return wire::fail(wire::format_errc::bad_params, at + 16, p[16], wire::no_expected_value);  // 0 or 1
     for (int i = 17; i < 24; ++i) {
       if (p[i] != 0) return wire::fail(wire::format_errc::nonzero_reserved, at + i);
     }

@@ -203,9 +203,11 @@ class rotated {
     if (!frame_ok.ok()) return frame_ok;
     const std::uint8_t* p = base + h.sections[0].offset;
     const wire::param_field fields[2] = {{0, 4, block}, {8, 8, seed}};
-    const wire::status params_ok = wire::expect_params(p, fields, 2);
+    const wire::status params_ok = wire::expect_params(base, h.sections[0].offset, fields, 2);
     if (!params_ok.ok()) return params_ok;
-    if (wire::detail::load_le(p + 4, 4) != 0) return wire::fail(wire::format_errc::nonzero_reserved, 4);
+    if (wire::detail::load_le(p + 4, 4) != 0) {
+      return wire::fail(wire::format_errc::nonzero_reserved, h.sections[0].offset + 4);
+    }
     if (h.element_count != n) return wire::fail(wire::format_errc::size_mismatch, h.element_count, n);
     inner_at = h.sections[1].offset;
     inner_size = h.sections[1].size;

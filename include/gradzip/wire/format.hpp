@@ -86,6 +86,9 @@ struct status {
   GRADZIP_HOST_DEVICE constexpr bool ok() const { return code == format_errc::ok; }
 };
 
+/// bad_params' third number when no single value is the one expected (the message omits it).
+inline constexpr std::uint64_t no_expected_value = ~std::uint64_t{0};
+
 GRADZIP_HOST_DEVICE constexpr status fail(format_errc code, std::uint64_t a = 0,
                                           std::uint64_t b = 0, std::uint64_t c = 0) {
   return status{code, a, b, c};

@@ -118,13 +118,14 @@ struct param_field {
   std::uint64_t expected;
 };
 
-/// Checks fields[0 .. count) of the params section at `params`: bad_params names the first
-/// field that differs (its offset and the value found).
-GRADZIP_HOST_DEVICE inline status expect_params(const std::uint8_t* params, const param_field* fields,
-                                                std::uint32_t count) {
+/// Checks fields[0 .. count) of the params section at byte `params_at` of the payload at `base`:
+/// bad_params names the first field that differs (its payload offset, the value found and the
+/// value expected).
+GRADZIP_HOST_DEVICE inline status expect_params(const std::uint8_t* base, std::uint64_t params_at,
+                                                const param_field* fields, std::uint32_t count) {
   for (std::uint32_t f = 0; f < count; ++f) {
-    const std::uint64_t found = detail::load_le(params + fields[f].at, fields[f].width);
-    if (found != fields[f].expected) return fail(format_errc::bad_params, fields[f].at, found);
+    const std::uint64_t found = detail::load_le(base + params_at + fields[f].at, fields[f].width);
+    if (found != fields[f].expected) return fail(format_errc::bad_params, params_at + fields[f].at, found, fields[f].expected);
   }
   return {};
 }
@@ -178,7 +179,9 @@ inline std::string message(const status& s) {
       return concat(what, ": expected ", codec_name(static_cast<std::uint32_t>(s.b)), ", got ",
                     codec_name(static_cast<std::uint32_t>(s.a)), " (codec ids 0x", std::hex, s.b, " and 0x", s.a, ")");
     case format_errc::bad_params:
-      return concat(what, ": field at params byte ", s.a, " has value ", s.b);
+      return s.c == no_expected_value ? concat(what, ": the parameter at payload byte ", s.a, " has value ", s.b)
+                                      : concat(what, ": the parameter at payload byte ", s.a, " has value ", s.b,
+                                               ", expected ", s.c);
     case format_errc::count_overflow:
       return concat(what, ": count ", s.a, " exceeds the limit ", s.b);
     case format_errc::bad_section_size:

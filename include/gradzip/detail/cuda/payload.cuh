@@ -513,8 +513,9 @@ struct payload_backend<cuda> {
   };
 
   /// Every check of a payload for an output of out_size elements, writing nothing but the status
-  /// word and scratch: the frame parsed once into the view, then each element's index and code,
-  /// and the bitmap's or delta-varint's indices.
+  /// word and scratch: the frame parsed once into the view, then the bitmap's or delta-varint's
+  /// indices, then each element's code and COO index: the host's order, so that a payload with
+  /// two faults gets the host's error (the status word keeps the first one recorded).
   template <class Codec>
   static checked check(cuda& exec, const Codec&, span<const std::byte> payload, std::uint64_t out_size) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
@@ -522,14 +523,6 @@ struct payload_backend<cuda> {
     std::byte* ws = exec.scratch(decode_workspace_bytes<Codec>(exec, out_size));
     auto* view = reinterpret_cast<payload_view*>(ws);
     launch(parse_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, view, exec.status_word());
-    if constexpr (Codec::checks_elements) {
-      const unsigned grid = checks_groups<Codec> ? grid_for_policy<code_check_policy>(exec, out_size)
-                                               : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
-      launch(validate_kernel<Codec>, grid, decode_policy::threads,
-             0, exec.stream(), view, exec.status_word(),
-             exec.pending_failure());
-      settle(exec, element_recheck<Codec>{view});
-    }
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
@@ -554,6 +547,14 @@ struct payload_backend<cuda> {
                                  delta_validate_kernel<>, view, out_size, exec.status_word(),
                                  exec.pending_failure());
       settle(exec, chunk_recheck{view, out_size});
+    }
+    if constexpr (Codec::checks_elements) {
+      const unsigned grid = checks_groups<Codec> ? grid_for_policy<code_check_policy>(exec, out_size)
+                                               : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
+      launch(validate_kernel<Codec>, grid, decode_policy::threads,
+             0, exec.stream(), view, exec.status_word(),
+             exec.pending_failure());
+      settle(exec, element_recheck<Codec>{view});
     }
     return {view, first};
   }

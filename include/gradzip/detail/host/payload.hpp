@@ -307,7 +307,9 @@ struct payload_backend<host> {
     return std::max<std::size_t>(1, chunk_count(exec, count));
   }
 
-  /// Every code one the stage writes (a group at a time), every COO index in place.
+  /// Every code one the stage writes (a group at a time), every COO index in place. The first
+  /// failing element is reported, its code before its index (check_index's order, which the
+  /// CUDA decoder follows element by element).
   template <class Codec>
   static void validate_buckets(host& exec, const payload_view& v) {
     using Values = typename Codec::values_type;
@@ -316,19 +318,21 @@ struct payload_backend<host> {
       const std::size_t chunks = bucket_chunks(exec, v.count);
       validate_chunks(exec, chunks, [&](std::size_t c) {
         const index_range g = chunk_of(groups, chunks, c);
+        std::uint64_t end = std::min<std::uint64_t>(v.count, g.end * 32);
+        wire::status code_failure{};
         if constexpr (needs_code_check<Values>::value) {
           std::uint64_t bad = 0;
           if (!values_backend<host>::codes_valid<Values>(v.values, g.begin, g.end, v.count, bad)) {
-            return wire::fail(wire::format_errc::bad_code, bad, quantize::unpack_code(v.values, Values::bits, bad),
-                              Values::max_code);
+            code_failure = wire::fail(wire::format_errc::bad_code, bad, quantize::unpack_code(v.values, Values::bits, bad),
+                                      Values::max_code);
+            end = bad;  // an index failure counts only before it
           }
         }
-        const std::uint64_t end = std::min<std::uint64_t>(v.count, g.end * 32);
         for (std::uint64_t j = g.begin * 32; j < end; ++j) {
           const wire::status s = frame<Codec>::check_position(v, j);
           if (!s.ok()) return s;
         }
-        return wire::status{};
+        return code_failure;
       });
     }
   }

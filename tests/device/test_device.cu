@@ -1419,7 +1419,9 @@ TEST_CASE("cuda decoders refuse a payload with two faults for the host's first",
       got = e.what();
     }
     CHECK(want != "accepted");
-    CHECK(got == want);
+    // The same error after the caller's name ("decompress" and "decompress (cuda)").
+    const auto after_name = [](const std::string& m) { return m.substr(std::min(m.size(), m.find(": "))); };
+    CHECK(after_name(got) == after_name(want));
     CHECK(acc.download() == std::vector<float>(tf::n, 1.0f));
   };
   const auto coo = tf::codec<tf::coo_codec>();

@@ -221,6 +221,7 @@ TEST_CASE("a payload of another codec is named by its stages", "[malformed]") {
   }
   CHECK(wire::codec_name(wire::codec_id{1, 7, 2, 4}.packed()) == "hadamard+hashed_topk/uniform/automatic");
   CHECK(wire::codec_name(wire::codec_id{9, 99, 0, 0}.packed()) == "unknown transform 9+unknown structure 99/none/none");
+  CHECK(wire::codec_name(wire::codec_id{0, 10, 0, 1}.packed()) == "zen_part/none/coo");  // a sparse_sync message
 }
 
 TEST_CASE("random corruption never escapes as anything but format_error", "[malformed]") {

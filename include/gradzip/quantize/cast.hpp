@@ -11,7 +11,7 @@
  * | format              | bytes | relative error     | largest finite | overflow / inf / NaN |
  * |---------------------|-------|--------------------|----------------|----------------------|
  * | `cast_fp16`         | 2     | <= 2^-11 (normals) | 65504          | >= 65520 -> inf; NaN -> 0x7E00 |
- * | `cast_bf16`         | 2     | <= 2^-8            | 3.4e38         | IEEE; NaN stays NaN |
+ * | `cast_bf16`         | 2     | <= 2^-8            | 3.39e38        | >= 3.3962e38 -> inf (IEEE); NaN stays NaN |
  * | `cast_fp8_e4m3`     | 1     | <= 2^-4 (normals, >= 2^-6) | 448    | saturates to ±448; inf -> NaN; NaN -> 0x7F |
  * | `cast_fp8_e5m2`     | 1     | <= 2^-3 (normals, >= 2^-14) | 57344 | saturates to ±57344; inf stays inf; NaN -> 0x7F |
  *

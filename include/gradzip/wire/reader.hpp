@@ -134,7 +134,8 @@ GRADZIP_HOST_DEVICE inline status expect_params(const std::uint8_t* base, std::u
 /// when the payload is rotated: e.g. "topk/none/coo". The ids are those of docs/format.md.
 inline std::string codec_name(std::uint32_t packed) {
   static const char* const structures[] = {"none",         "topk",         "randomk",     "threshold", "blockwise_topk",
-                                           "sampled_topk", "count_sketch", "hashed_topk", "simhash",     "powersgd"};
+                                           "sampled_topk", "count_sketch", "hashed_topk", "simhash",     "powersgd",
+                                           "zen_part"};
   static const char* const values[] = {"none", "cast", "uniform", "qsgd", "sign", "terngrad", "onebit", "natural"};
   static const char* const indices[] = {"none", "coo", "bitmap", "delta_varint", "automatic"};
   auto name = [](auto& names, unsigned id, const char* kind) {

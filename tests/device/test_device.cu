@@ -1624,6 +1624,37 @@ TEST_CASE("cuda count sketch merge and unsketch equal the host's", "[gpu]") {
     INFO("k = " << k);
     CHECK(got.download(bytes) == want);
   }
+  // Non-finite cells: inf + -inf and a negative NaN merge to poisoned_cell (a GPU's add makes
+  // 0x7FFFFFFF, x86's 0xFFC00000: each executor writes gradzip's NaN), and a sealed `into` comes
+  // back unsealed on both.
+  {
+    auto sealed = sketch_of(3);
+    auto peer = sketch_of(4);
+    const auto table_of = [&](std::vector<std::byte>& p) {
+      return const_cast<std::uint8_t*>(cs.table_of(gz::span<const std::byte>(p)));
+    };
+    gz::sketch::count_sketch::store_cell(table_of(sealed), 10, std::numeric_limits<float>::infinity());
+    gz::sketch::count_sketch::store_cell(table_of(peer), 10, -std::numeric_limits<float>::infinity());
+    gz::sketch::count_sketch::store_cell(table_of(peer), 11, -std::numeric_limits<float>::quiet_NaN());
+    gz::wire::seal(gz::span<std::byte>(sealed));
+    device_vector<std::byte> d_into(sealed), d_peer(peer);
+    cs.merge(host, gz::span<std::byte>(sealed), gz::span<const std::byte>(peer));
+    cs.merge(dev, d_into.view(), gz::span<const std::byte>(d_peer.data, d_peer.size));
+    dev.check();
+    auto merged = d_into.download();
+    CHECK(merged == sealed);
+    CHECK((gz::wire::read_header(gz::span<const std::byte>(merged)).flags & gz::wire::flag_checksum) == 0);
+    for (std::uint64_t j : {std::uint64_t{10}, std::uint64_t{11}}) {
+      CHECK(gz::detail::bit_cast<std::uint32_t>(gz::sketch::count_sketch::load_cell(table_of(merged), j)) ==
+            gz::sketch::count_sketch::poisoned_cell);
+    }
+  }
+  // unsketch refuses k > n before it launches anything, with the host's message.
+  {
+    device_vector<std::byte> top(cs.max_unsketch_bytes(n, n));
+    CHECK_THROWS_WITH(cs.unsketch(dev, gz::span<const std::byte>(into.data, into.size), n, n + 1, top.view()),
+                      "count_sketch::unsketch: k = " + std::to_string(n + 1) + " exceeds n = " + std::to_string(n));
+  }
   // A sketch of another n is refused and `into` is left as it was.
   std::vector<std::byte> shorter(cs.payload_bytes(n - 1));
   const std::vector<float> ones(n - 1, 1.0f);

@@ -251,6 +251,79 @@ TEST_CASE("count sketch estimates equal the plain median of the rows' signed cel
   }
 }
 
+TEST_CASE("count sketch medians leave NaN rows out, and an even mean does not overflow", "[count_sketch]") {
+  using cs = sketch::count_sketch;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto bits = [](float v) { return gradzip::detail::bit_cast<std::uint32_t>(v); };
+  const auto median = [](std::vector<float> v) { return cs::median(v.data(), static_cast<std::uint32_t>(v.size())); };
+  // A NaN row, wherever it sits, is left out (it stayed in place in the network, so whether the
+  // median was NaN depended on its row).
+  CHECK(median({nan, 1.0f, 3.0f}) == 2.0f);
+  CHECK(median({1.0f, nan, 3.0f}) == 2.0f);
+  CHECK(median({1.0f, 3.0f, -nan}) == 2.0f);
+  CHECK(median({5.0f, nan, 1.0f, nan, 3.0f}) == 3.0f);
+  CHECK(bits(median({nan, -nan, nan})) == cs::poisoned_cell);  // NaN only when every row is
+  CHECK(bits(median({-nan})) == cs::poisoned_cell);
+  // Two middle values near fp32's top: their mean, not inf.
+  CHECK(median({3e38f, 3e38f}) == 3e38f);
+  CHECK(median({-3e38f, -3.2e38f, -3.3e38f, -3.1e38f}) == 0.5f * -3.2e38f + 0.5f * -3.1e38f);
+  CHECK(std::isfinite(median({-3e38f, -3.2e38f, -3.3e38f, -3.1e38f})));
+  CHECK(median({3e38f, -3e38f}) == 0.0f);
+  CHECK(median({1.0f, 2.0f}) == 1.5f);
+  CHECK(median({std::numeric_limits<float>::infinity(), 1.0f}) == std::numeric_limits<float>::infinity());
+  CHECK(bits(median({std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})) == cs::poisoned_cell);
+  // End to end: one NaN element. Its estimate is NaN (every cell it maps to is poisoned); an
+  // element sharing one cell with it keeps its other rows' median, whichever row they share.
+  const cs sketch{3, 61, 1};
+  auto x = gradzip_tools::synthetic_gradient<float>(2000, 9);
+  x[77] = nan;
+  const auto table = sketch_of(sketch, x);
+  host exec;
+  std::vector<float> estimates(x.size());
+  sketch.estimate(exec, span<const std::byte>(table), span<float>(estimates));
+  CHECK(bits(estimates[77]) == cs::poisoned_cell);
+  std::size_t sharing = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i == 77) continue;
+    std::uint32_t shared = 0;
+    for (std::uint32_t r = 0; r < 3; ++r) shared += sketch.cell_of(r, i) == sketch.cell_of(r, 77) ? 1u : 0u;
+    sharing += shared != 0 ? 1 : 0;
+    INFO("element " << i << " shares " << shared << " of the NaN's cells");
+    CHECK(std::isnan(estimates[i]) == (shared == 3));
+  }
+  CHECK(sharing > 50);  // about 3 x 2000 / 61 elements share a cell
+}
+
+TEST_CASE("count sketch merges NaNs as its quiet NaN and unseals the merged payload", "[count_sketch]") {
+  using cs = sketch::count_sketch;
+  const cs sketch{2, 16, 5};
+  host exec;
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto bits = [](float v) { return gradzip::detail::bit_cast<std::uint32_t>(v); };
+  const std::vector<float> ones(100, 1.0f);
+  auto into = sketch_of(sketch, ones);
+  auto other = sketch_of(sketch, ones);
+  const auto table = [&](std::vector<std::byte>& p) { return const_cast<std::uint8_t*>(sketch.table_of(span<const std::byte>(p))); };
+  // inf + -inf in cell 3 (x86 makes 0xFFC00000 of it, a GPU 0x7FFFFFFF); a negative NaN in cell 4.
+  cs::store_cell(table(into), 3, inf);
+  cs::store_cell(table(other), 3, -inf);
+  cs::store_cell(table(other), 4, -std::numeric_limits<float>::quiet_NaN());
+  const float cell5 = cs::load_cell(table(into), 5) + cs::load_cell(table(other), 5);
+  wire::seal(span<std::byte>(into));
+  sketch.merge(exec, span<std::byte>(into), span<const std::byte>(other));
+  // The merged payload reads back (its seal is gone rather than stale) with gradzip's NaN.
+  CHECK((wire::read_header(span<const std::byte>(into)).flags & wire::flag_checksum) == 0);
+  const std::uint8_t* merged = sketch.table_of(span<const std::byte>(into));
+  CHECK(bits(cs::load_cell(merged, 3)) == cs::poisoned_cell);
+  CHECK(bits(cs::load_cell(merged, 4)) == cs::poisoned_cell);
+  CHECK(cs::load_cell(merged, 5) == cell5);
+  CHECK(bits(cs::sum_cells(-std::numeric_limits<float>::quiet_NaN(), 1.0f)) == cs::poisoned_cell);
+  // unsketch checks k against n first, under its own name.
+  std::vector<std::byte> top(1024);
+  CHECK_THROWS_WITH(sketch.unsketch(exec, span<const std::byte>(other), 100, 101, span<std::byte>(top)),
+                    "count_sketch::unsketch: k = 101 exceeds n = 100");
+}
+
 TEST_CASE("count sketch bytes do not depend on the thread count", "[count_sketch]") {
   const auto x = gradzip_tools::synthetic_gradient<float>(100003, 5);
   for (std::uint32_t rows : {1u, 3u, 5u, 8u}) {

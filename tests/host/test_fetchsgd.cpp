@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 
 #include "common/synthetic_gradient.hpp"
 #include "gradzip/sketch/fetchsgd.hpp"
@@ -127,6 +129,31 @@ TEST_CASE("fetchsgd delivers planted heavy hitters through its error accumulatio
   // sketch seeds 1..12 the mean was 0.905-0.941 and the worst coordinate 0.71-0.85 (0.925 and
   // 0.75 at this seed).
   CHECK(delivered > 0.9);
+}
+
+TEST_CASE("fetchsgd writes NaN as count sketch's quiet NaN, and bounds n", "[fetchsgd]") {
+  using fs = sketch::fetchsgd<>;
+  const auto bits = [](float v) { return gradzip::detail::bit_cast<std::uint32_t>(v); };
+  const float payload_nan = gradzip::detail::bit_cast<float>(0x7FC01234u), negative_nan = -std::numeric_limits<float>::quiet_NaN();
+  // x86's fmaf keeps an operand's NaN bits, a GPU's writes its own: both states store poisoned_cell.
+  for (const fs::cell_state c : {fs::accumulate({payload_nan, 1.0f}, 1.0f, 0.9f, 1.0f, 1.0f),
+                                 fs::accumulate({1.0f, 0.0f}, negative_nan, 0.9f, 1.0f, 1.0f),
+                                 fs::accumulate({std::numeric_limits<float>::infinity(), 0.0f},
+                                                -std::numeric_limits<float>::infinity(), 1.0f, 1.0f, 1.0f)}) {
+    CHECK(bits(c.velocity) == sketch::count_sketch::poisoned_cell);
+    CHECK(bits(c.error) == sketch::count_sketch::poisoned_cell);
+  }
+  const fs::cell_state error_only = fs::accumulate({1.0f, payload_nan}, 1.0f, 0.5f, 1.0f, 1.0f);
+  CHECK(error_only.velocity == 1.5f);
+  CHECK(bits(error_only.error) == sketch::count_sketch::poisoned_cell);
+  const fs::cell_state finite = fs::accumulate({2.0f, 3.0f}, 4.0f, 0.5f, 0.25f, 2.0f);
+  CHECK(finite.velocity == 2.0f);  // 0.5 x 2 + 0.25 x 4
+  CHECK(finite.error == 7.0f);     // 3 + 2 x 2
+  // n past unsketch's limit: refused by name before anything is allocated (was bad_alloc).
+  const std::uint64_t huge = sketch::count_sketch::max_unsketch_elements + 1;
+  CHECK_THROWS_WITH((fs{sketch::count_sketch{3, 400, 5}, huge, 10}),
+                    "fetchsgd: n = " + std::to_string(huge) + " exceeds " +
+                        std::to_string(sketch::count_sketch::max_unsketch_elements) + " elements");
 }
 
 TEST_CASE("fetchsgd save and restore continue bit for bit; bad states are refused", "[fetchsgd]") {

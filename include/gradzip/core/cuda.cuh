@@ -211,6 +211,7 @@ class device_buffer {
  public:
   device_buffer() = default;
   explicit device_buffer(std::size_t n) : size_(n) {
+    GRADZIP_EXPECTS(n <= SIZE_MAX / sizeof(T), "device_buffer: ", n, " elements of ", sizeof(T), " bytes overflow a size");
     if (n != 0) GRADZIP_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)));
   }
   device_buffer(const device_buffer&) = delete;

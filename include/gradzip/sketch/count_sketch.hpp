@@ -224,7 +224,8 @@ class count_sketch {
     GRADZIP_EXPECTS(n <= max_elements, "count_sketch::compress: n = ", n, " exceeds ", max_elements, " elements");
   }
 
-  /// into <- into + other: both sketches of this configuration and the same n (validated).
+  /// into <- into + other: both sketches of this configuration and the same n (validated). A
+  /// sealed `into` comes back unsealed (wire::unseal): its CRC would no longer match.
   void merge(host& exec, span<std::byte> into, span<const std::byte> other) const {
     const view a = parse(span<const std::byte>(into.data(), into.size()), nullptr);
     const view b = parse(other, nullptr);
@@ -234,9 +235,19 @@ class count_sketch {
     const std::size_t chunks = gradzip::detail::chunk_count(exec, cells);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(cells, chunks, c);
-      for (std::uint64_t j = r.begin; j < r.end; ++j) store_cell(to, j, load_cell(to, j) + load_cell(b.table, j));
+      for (std::uint64_t j = r.begin; j < r.end; ++j) store_cell(to, j, sum_cells(load_cell(to, j), load_cell(b.table, j)));
     });
+    wire::unseal(reinterpret_cast<std::uint8_t*>(into.data()));
   }
+
+  /// A NaN as the payloads carry it, whatever made it: poisoned_cell. An x86 add keeps an
+  /// operand's NaN bits (or makes 0xFFC00000 of inf - inf), a GPU makes 0x7FFFFFFF: without this
+  /// the two executors' merged tables and FetchSGD states would differ.
+  GRADZIP_HOST_DEVICE static float canonical(float v) {
+    return v != v ? gradzip::detail::bit_cast<float>(poisoned_cell) : v;
+  }
+  /// Two cells' sum, as merge adds them on every executor.
+  GRADZIP_HOST_DEVICE static float sum_cells(float a, float b) { return canonical(a + b); }
 
   /// estimates[i] <- the median over rows of s_r(i) table[r][h_r(i)]; estimates.size() must be
   /// the sketch's n.
@@ -280,6 +291,10 @@ class count_sketch {
     GRADZIP_EXPECTS(n <= max_unsketch_elements, "count_sketch::unsketch: n = ", n, " exceeds ",
                     max_unsketch_elements, " elements");
   }
+  /// k of n, checked before anything is estimated.
+  static void expect_unsketch_count(std::uint64_t n, std::uint64_t k) {
+    GRADZIP_EXPECTS(k <= n, "count_sketch::unsketch: k = ", k, " exceeds n = ", n);
+  }
 
   /// Bytes `unsketch` may write for k of n elements (a codec<sparsify::topk> payload).
   std::size_t max_unsketch_bytes(std::size_t n, std::uint64_t k) const {
@@ -293,6 +308,7 @@ class count_sketch {
   std::size_t unsketch(host& exec, span<const std::byte> sketch, std::uint64_t n, std::uint64_t k,
                        span<std::byte> out) const {
     expect_unsketch_size(n);
+    expect_unsketch_count(n, k);
     parse(sketch, &n);
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
@@ -306,7 +322,13 @@ class count_sketch {
   /// transposition network of branch-free compare-exchanges, shared by every executor: a
   /// branchy sort mispredicts on every other comparison (an insertion sort made `estimate` cost
   /// 53 ns per element at r = 5), and the fixed sequence of selects gives the same result on
-  /// the host, its vector lanes and the device, NaN included.
+  /// the host, its vector lanes and the device.
+  ///
+  /// NaN rows (poisoned cells: a non-finite element hashed there) are left out: the median is
+  /// that of the other rows, and NaN only when every row is. The non-finite element's own
+  /// estimate is NaN (all of its cells are poisoned), and an element that merely shares one
+  /// cell with it keeps an estimate from its other rows. (The network used to leave a NaN where
+  /// it was, so whether such an element's estimate was NaN depended on the row.)
   GRADZIP_HOST_DEVICE static float median(float* v, std::uint32_t r) {
     transposition_sort<1>(v, r);
     return median_of_sorted(v, r);
@@ -321,16 +343,27 @@ class count_sketch {
       }
     }
   }
-  /// (a, b) <- (min, max) by one comparison, so that a NaN leaves the pair as it was.
+  /// (a, b) <- (min, max), NaN above every number: the network sorts the NaN rows to the end.
   GRADZIP_HOST_DEVICE static void compare_exchange(float& a, float& b) {
-    const bool swap = b < a;
+    const bool swap = b < a || (a != a && b == b);
     const float low = swap ? b : a, high = swap ? a : b;
     a = low;
     b = high;
   }
-  /// The median of r sorted values v[0], v[stride], ..., v[(r - 1) stride].
+  /// The median of the numbers among r sorted values v[0], v[stride], ..., v[(r - 1) stride]
+  /// (NaN rows last, left out); poisoned_cell when there are none.
   GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t r, std::uint64_t stride = 1) {
-    return r % 2 == 1 ? v[r / 2 * stride] : 0.5f * (v[(r / 2 - 1) * stride] + v[r / 2 * stride]);
+    std::uint32_t m = 0;  // the numbers: a prefix
+    for (std::uint32_t j = 0; j < r; ++j) m += v[j * stride] == v[j * stride] ? 1u : 0u;
+    if (m == 0) return gradzip::detail::bit_cast<float>(poisoned_cell);
+    if (m % 2 == 1) return v[m / 2 * stride];
+    return mean_of_two(v[(m / 2 - 1) * stride], v[m / 2 * stride]);
+  }
+  /// (a + b) / 2 without overflow: 0.5 (a + b), which equals 0.5 a + 0.5 b whenever a + b is
+  /// finite and normal; halved first where a + b overflows (two cells near 3e38: it was inf).
+  GRADZIP_HOST_DEVICE static float mean_of_two(float a, float b) {
+    const float sum = a + b;
+    return gradzip::is_finite(sum) ? 0.5f * sum : canonical(0.5f * a + 0.5f * b);
   }
 
  private:

@@ -97,13 +97,15 @@ class fetchsgd {
   span<const std::byte> error_sketch() const { return span<const std::byte>(error_sketch_.data(), error_sketch_.size()); }
   span<const float> velocity() const { return span<const float>(velocity_.data(), velocity_.size()); }
 
-  /// The per-cell update, S_u <- rho S_u + scale S then S_e <- S_e + lr S_u, with one fmaf each.
+  /// The per-cell update, S_u <- rho S_u + scale S then S_e <- S_e + lr S_u, with one fmaf each;
+  /// a NaN as count_sketch::poisoned_cell (an x86 fmaf keeps an operand's NaN bits, a GPU's makes
+  /// its own: the saved states and the update payloads would differ).
   struct cell_state {
     float velocity, error;
   };
   GRADZIP_HOST_DEVICE static cell_state accumulate(cell_state c, float incoming, float momentum, float scale, float lr) {
-    const float u = fmaf(momentum, c.velocity, scale * incoming);
-    return {u, fmaf(lr, u, c.error)};
+    const float u = count_sketch::canonical(fmaf(momentum, c.velocity, scale * incoming));
+    return {u, count_sketch::canonical(fmaf(lr, u, c.error))};
   }
 
   /// One step on `summed` (the sum of the workers' sketches, validated against this
@@ -191,6 +193,8 @@ class fetchsgd {
 
  private:
   static count_sketch checked(const count_sketch& cs, std::uint64_t n, std::uint64_t k, float momentum) {
+    GRADZIP_EXPECTS(n <= count_sketch::max_unsketch_elements, "fetchsgd: n = ", n, " exceeds ",
+                    count_sketch::max_unsketch_elements, " elements");
     GRADZIP_EXPECTS(k >= 1 && k <= n, "fetchsgd: k must be in [1, n = ", n, "], got ", k);
     GRADZIP_EXPECTS(momentum >= 0.0f && momentum < 1.0f, "fetchsgd: momentum must be in [0, 1), got ", momentum);
     return cs;

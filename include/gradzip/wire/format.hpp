@@ -41,6 +41,13 @@ inline constexpr std::uint32_t flag_checksum = 1u;
 inline constexpr std::uint32_t known_flags = flag_checksum;
 inline constexpr std::size_t checksum_offset = 32;
 
+/// Clears a payload's checksum flag and field: for a decoder that changes a payload in place
+/// (count_sketch::merge), whose CRC would no longer match. Seal it again before sending.
+GRADZIP_HOST_DEVICE inline void unseal(std::uint8_t* payload) {
+  payload[12] = static_cast<std::uint8_t>(payload[12] & ~flag_checksum);  // flags, little-endian
+  for (std::size_t b = 0; b < 4; ++b) payload[checksum_offset + b] = 0;
+}
+
 /// Section tags.
 enum class tag : std::uint32_t { params = 1, indices = 2, values = 3, scales = 4 };
 

@@ -186,13 +186,17 @@ __device__ inline bool parse_pair(const std::uint8_t* into, std::uint64_t into_s
   return ok;
 }
 
+/// Validates a merge's pair; when the merge will run, unseals `into` (the host's merge does too:
+/// its CRC would be stale). merge_kernel's blocks parse the header after this kernel, unsealed.
 template <class = void>
 __global__ __launch_bounds__(32)
-void validate_pair_kernel(const std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
+void validate_pair_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
                           std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
                           std::uint64_t seed, wire::status* st) {
   std::uint64_t a = 0, b = 0;
-  parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st);
+  if (parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st) && threadIdx.x == 0 && st->ok()) {
+    wire::unseal(into);
+  }
 }
 
 /// into's table += other's, cell by cell (after validate_pair_kernel; nothing on a failure).
@@ -209,7 +213,7 @@ void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_
   const std::uint64_t cells = static_cast<std::uint64_t>(rows) * columns;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cells; j += stride) {
-    to[j] += from[j];
+    to[j] = cs::sum_cells(to[j], from[j]);  // a NaN as the host writes it
   }
 }
 
@@ -345,6 +349,7 @@ struct count_sketch_backend<cuda> {
   static std::size_t unsketch(const sketch::count_sketch& s, cuda& exec, span<const std::byte> sketch, std::uint64_t n,
                               std::uint64_t k, span<std::byte> out) {
     sketch::count_sketch::expect_unsketch_size(n);  // n is the caller's; the device checks the payload's
+    sketch::count_sketch::expect_unsketch_count(n, k);
     const codec<sparsify::topk> top{sparsify::topk::count(k)};
     // Scratch: top-k's own, then the n estimates (sized together: growing discards contents).
     const std::size_t at = scratch_aligned(top.workspace_bytes<float>(exec, n));

@@ -244,7 +244,7 @@ class count_sketch {
   /// operand's NaN bits (or makes 0xFFC00000 of inf - inf), a GPU makes 0x7FFFFFFF: without this
   /// the two executors' merged tables and FetchSGD states would differ.
   GRADZIP_HOST_DEVICE static float canonical(float v) {
-    return v != v ? gradzip::detail::bit_cast<float>(poisoned_cell) : v;
+    return v != v ? gradzip::detail::bit_cast<float>(std::uint32_t{poisoned_cell}) : v;
   }
   /// Two cells' sum, as merge adds them on every executor.
   GRADZIP_HOST_DEVICE static float sum_cells(float a, float b) { return canonical(a + b); }
@@ -258,10 +258,11 @@ class count_sketch {
     const std::size_t chunks = gradzip::detail::chunk_count(exec, n);
     multiply_shift f[max_rows];
     row_hashes(seed_, rows_, f);
+    const bool poisoned = has_nan_cell(v.table);
     gradzip::detail::for_each_chunk(exec, chunks, [&](std::size_t c) {
       const auto r = gradzip::detail::chunk_of(n, chunks, c);
       for_each_high_half(r.begin, r.end, [&](std::uint64_t begin, std::uint64_t end) {
-        estimate_range(v.table, f, begin, end, estimates.data());
+        estimate_range(v.table, f, begin, end, estimates.data(), poisoned);
       });
     });
   }
@@ -330,8 +331,20 @@ class count_sketch {
   /// cell with it keeps an estimate from its other rows. (The network used to leave a NaN where
   /// it was, so whether such an element's estimate was NaN depended on the row.)
   GRADZIP_HOST_DEVICE static float median(float* v, std::uint32_t r) {
+    const std::uint32_t m = numbers_last_nan(v, r);
     transposition_sort<1>(v, r);
-    return median_of_sorted(v, r);
+    return median_of_sorted(v, m);
+  }
+  /// v[j stride] <- +inf where it is NaN, for j < r, so that the network sorts those rows last
+  /// (the m smallest values are then exactly the m numbers, a real inf or not); returns m.
+  GRADZIP_HOST_DEVICE static std::uint32_t numbers_last_nan(float* v, std::uint32_t r, std::uint64_t stride = 1) {
+    std::uint32_t m = 0;
+    for (std::uint32_t j = 0; j < r; ++j) {
+      const bool number = v[j * stride] == v[j * stride];
+      m += number ? 1u : 0u;
+      v[j * stride] = number ? v[j * stride] : gradzip::detail::bit_cast<float>(0x7F800000u);
+    }
+    return m;
   }
   /// Sorts each of the `Lanes` columns of v (r rows x Lanes, row-major) by the same network of
   /// compare-exchanges: the host runs 8 lanes at once, the device and the tail one.
@@ -343,27 +356,28 @@ class count_sketch {
       }
     }
   }
-  /// (a, b) <- (min, max), NaN above every number: the network sorts the NaN rows to the end.
+  /// (a, b) <- (min, max) by one comparison (numbers_last_nan has replaced the NaNs).
   GRADZIP_HOST_DEVICE static void compare_exchange(float& a, float& b) {
-    const bool swap = b < a || (a != a && b == b);
+    const bool swap = b < a;
     const float low = swap ? b : a, high = swap ? a : b;
     a = low;
     b = high;
   }
-  /// The median of the numbers among r sorted values v[0], v[stride], ..., v[(r - 1) stride]
-  /// (NaN rows last, left out); poisoned_cell when there are none.
-  GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t r, std::uint64_t stride = 1) {
-    std::uint32_t m = 0;  // the numbers: a prefix
-    for (std::uint32_t j = 0; j < r; ++j) m += v[j * stride] == v[j * stride] ? 1u : 0u;
-    if (m == 0) return gradzip::detail::bit_cast<float>(poisoned_cell);
+  /// The median of the m smallest of sorted values v[0], v[stride], ... (the numbers, NaN rows
+  /// sorted after them); poisoned_cell when m is 0.
+  GRADZIP_HOST_DEVICE static float median_of_sorted(const float* v, std::uint32_t m, std::uint64_t stride = 1) {
+    if (m == 0) return gradzip::detail::bit_cast<float>(std::uint32_t{poisoned_cell});
     if (m % 2 == 1) return v[m / 2 * stride];
     return mean_of_two(v[(m / 2 - 1) * stride], v[m / 2 * stride]);
   }
   /// (a + b) / 2 without overflow: 0.5 (a + b), which equals 0.5 a + 0.5 b whenever a + b is
   /// finite and normal; halved first where a + b overflows (two cells near 3e38: it was inf).
+  /// Each product and sum rounded once (mul_rn, add_rn: nvcc would fuse them otherwise).
   GRADZIP_HOST_DEVICE static float mean_of_two(float a, float b) {
-    const float sum = a + b;
-    return gradzip::is_finite(sum) ? 0.5f * sum : canonical(0.5f * a + 0.5f * b);
+    using gradzip::detail::add_rn;
+    using gradzip::detail::mul_rn;
+    const float sum = add_rn(a, b);
+    return gradzip::is_finite(sum) ? mul_rn(0.5f, sum) : canonical(add_rn(mul_rn(0.5f, a), mul_rn(0.5f, b)));
   }
 
  private:
@@ -474,7 +488,7 @@ class count_sketch {
   /// Every cell that a non-finite element maps to becomes poisoned_cell (rare: one more pass).
   template <class T>
   void poison_cells(span<const T> x, std::uint8_t* table) const {
-    const float nan = gradzip::detail::bit_cast<float>(poisoned_cell);
+    const float nan = gradzip::detail::bit_cast<float>(std::uint32_t{poisoned_cell});
     for (std::uint32_t row = 0; row < rows_; ++row) {
       for (std::uint64_t i = 0; i < x.size(); ++i) {
         if (!gradzip::is_finite(value_of(x[i]))) store_cell(table, cell_of(row, i), nan);
@@ -552,15 +566,32 @@ class count_sketch {
   /// of elements at a time, row by row: each row's cells are read while that row alone is in
   /// cache (five rows of n/500 columns at 2^24 are 670 KB, more than a core's L2), and the
   /// rows' values sit side by side for the median's network to run across the tile's lanes.
+  /// `poisoned`: whether the table holds a NaN cell (else the NaN rows' pass is skipped).
   template <class T>
   void estimate_range(const std::uint8_t* table, const multiply_shift* f, std::uint64_t begin, std::uint64_t end,
-                      T* out) const {
+                      T* out, bool poisoned) const {
     alignas(32) float values[max_rows][tile];
     for (std::uint64_t i = begin; i < end; i += tile) {
       const std::uint64_t m = std::min<std::uint64_t>(tile, end - i);
       for (std::uint32_t row = 0; row < rows_; ++row) gather_row(row_cells(table, row), f[row], i, m, values[row]);
+      if (!poisoned) {  // no NaN cell in the table: every lane's median at the same row
+        transposition_sort<tile>(&values[0][0], rows_);
+        for (std::uint64_t l = 0; l < m; ++l) out[i + l] = from_double<T>(median_of_sorted(&values[0][l], rows_, tile));
+        continue;
+      }
+      // numbers_last_nan across the tile's lanes, row by row (vector instructions).
+      alignas(32) std::uint32_t numbers[tile];
+      for (std::uint64_t l = 0; l < tile; ++l) numbers[l] = rows_;
+      for (std::uint32_t row = 0; row < rows_; ++row) {
+        float* v = values[row];
+        for (std::uint64_t l = 0; l < tile; ++l) {
+          const bool number = v[l] == v[l];
+          numbers[l] -= number ? 0u : 1u;
+          v[l] = number ? v[l] : gradzip::detail::bit_cast<float>(0x7F800000u);
+        }
+      }
       transposition_sort<tile>(&values[0][0], rows_);
-      for (std::uint64_t l = 0; l < m; ++l) out[i + l] = from_double<T>(median_of_sorted(&values[0][l], rows_, tile));
+      for (std::uint64_t l = 0; l < m; ++l) out[i + l] = from_double<T>(median_of_sorted(&values[0][l], numbers[l], tile));
     }
   }
 
@@ -585,6 +616,17 @@ class count_sketch {
       v[l] = apply_sign(load_cell(cells, bucket_of(h, columns_)), h);
     }
     std::fill(v + m, v + tile, 0.0f);
+  }
+
+  /// Whether any cell is NaN (rows x columns cells: about 1 % of n reads at n / 500 columns).
+  bool has_nan_cell(const std::uint8_t* table) const {
+    const std::uint64_t cells = static_cast<std::uint64_t>(rows_) * columns_;
+    std::uint32_t nan = 0;
+    for (std::uint64_t j = 0; j < cells; ++j) {
+      const float v = load_cell(table, j);
+      nan |= v == v ? 0u : 1u;
+    }
+    return nan != 0;
   }
 
   const std::uint8_t* row_cells(const std::uint8_t* table, std::uint32_t row) const {

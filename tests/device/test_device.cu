@@ -2166,7 +2166,43 @@ class stream_communicator final : public gz::comm::communicator {
   cudaStream_t stream_;
 };
 
+/// Rank 0 of `ranks` whose peers all send its own payload (copies), the last one damaged.
+class replicating_communicator final : public gz::comm::communicator {
+ public:
+  explicit replicating_communicator(int ranks) : ranks_(ranks) {}
+  int rank() const override { return 0; }
+  int size() const override { return ranks_; }
+  void allreduce_sum(void*, std::size_t, gz::element_type) override { FAIL("not the gather path"); }
+  void allgather_sizes(std::uint64_t mine, gz::span<std::uint64_t> sizes) override {
+    std::fill(sizes.begin(), sizes.end(), mine);
+  }
+  void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all,
+                        gz::span<const std::uint64_t>) override {
+    for (int r = 0; r < ranks_; ++r) {
+      GRADZIP_CUDA_TRY(cudaMemcpy(all.data() + r * mine.size(), mine.data(), mine.size(), cudaMemcpyDeviceToDevice));
+    }
+    GRADZIP_CUDA_TRY(cudaMemset(all.data() + (ranks_ - 1) * mine.size(), 0, 1));  // the last copy's magic
+  }
+
+ private:
+  int ranks_;
+};
+
 }  // namespace
+
+TEST_CASE("cuda allreducer checks every peer's payload before it decodes any", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  const std::size_t n = 30000;
+  gz::cuda dev;
+  replicating_communicator comm{3};
+  gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, codec_t{gz::sparsify::topk::ratio(0.01)}, n, 3, false);
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 92);
+  device_vector<float> grad(g);
+  // Ranks 0 and 1 were decoded into grad before rank 2's payload was found bad.
+  CHECK_THROWS_WITH(all.run(comm, dev, grad.view()), Catch::Contains("allreducer: payload from rank 2"));
+  CHECK(grad.download() == g);
+}
 
 TEST_CASE("cuda allreducer orders compress, the collectives' stream and decode", "[gpu]") {
   REQUIRE_GPU();

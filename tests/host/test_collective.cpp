@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -244,6 +245,86 @@ TEST_CASE("allreducer names the rank whose payload is bad and applies none of it
     CHECK(errors[r].find("payload from rank 2") != std::string::npos);
   }
   CHECK_THROWS_AS((comm::allreducer<q, float, host>(*std::make_unique<host>(), q{}, n, 0, false)), invalid_argument);
+}
+
+namespace {
+/// A communicator that adds `extra` to rank `liar`'s announced word and forwards the rest.
+class lying_sizes final : public comm::communicator {
+ public:
+  lying_sizes(comm::communicator& inner, int liar, std::uint64_t extra) : inner_(inner), liar_(liar), extra_(extra) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void allreduce_sum(void* data, std::size_t count, element_type type) override { inner_.allreduce_sum(data, count, type); }
+  void allgather_sizes(std::uint64_t mine, span<std::uint64_t> sizes) override {
+    inner_.allgather_sizes(rank() == liar_ ? mine + extra_ : mine, sizes);
+  }
+  void allgatherv_bytes(span<const std::byte> mine, span<std::byte> all, span<const std::uint64_t> sizes) override {
+    inner_.allgatherv_bytes(mine, all, sizes);
+  }
+
+ private:
+  comm::communicator& inner_;
+  int liar_;
+  std::uint64_t extra_;
+};
+}  // namespace
+
+TEST_CASE("allreducer: every rank throws together, never one while the others wait", "[collective]") {
+  const int ranks = 3;
+  const std::size_t n = 4000;
+  // A rank whose compress fails (sampled top-k's bound: that rank's gradient is all NaN, and
+  // non-finite values are always kept). It left before the size exchange, and the others waited
+  // in it for ever; now it rethrows its own error and the others name it.
+  using dgc = codec<sparsify::sampled_topk>;
+  auto errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    host exec(1);
+    comm::allreducer<dgc, float, host> all(exec, dgc{sparsify::sampled_topk::ratio(0.01)}, n, ranks, true);
+    auto g = gradient_of(r, n);
+    if (r == 1) std::fill(g.begin(), g.end(), std::numeric_limits<float>::quiet_NaN());
+    all.run(comm, exec, span<float>(g));
+  });
+  CHECK(errors[1].find("the selection exceeds the payload bound") != std::string::npos);
+  for (int r : {0, 2}) {
+    INFO(errors[r]);
+    CHECK(errors[r] == "allreducer: rank 1 could not compress its gradient (its own error says why); no rank applied this step");
+  }
+  // Ranks built for another n: on the gather path (each rank judged the sizes by its own
+  // bound, and one threw while the others gathered) and on the allreduce path (different counts).
+  const auto disagreeing = [&](auto codec_value) {
+    using C = decltype(codec_value);
+    return on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+      host exec(1);
+      const std::size_t mine = r == 2 ? n + 64 : n;
+      comm::allreducer<C, float, host> all(exec, codec_value, mine, ranks, false);
+      auto g = gradient_of(r, mine);
+      all.run(comm, exec, span<float>(g));
+    });
+  };
+  using topk = codec<sparsify::topk>;
+  using dense = codec<sparsify::none, quantize::none, encode::none>;
+  for (const auto& e : {disagreeing(topk{sparsify::topk::count(40)}), disagreeing(dense{})}) {
+    for (int r = 0; r < ranks; ++r) {
+      INFO(e[r]);
+      CHECK(e[r].rfind("allreducer: rank 2 was built for another tensor or codec than rank 0", 0) == 0);
+    }
+  }
+  // A size that is not a multiple of 16 (later payloads would sit misaligned): refused on every
+  // rank before the gather.
+  errors = on_ranks(ranks, -1, [&](int r, comm::communicator& comm) {
+    lying_sizes liar(comm, 1, ~std::uint64_t{7});  // 8 bytes fewer than its payload
+    host exec(1);
+    comm::allreducer<topk, float, host> all(exec, topk{sparsify::topk::count(40)}, n, ranks, false);
+    auto g = gradient_of(r, n);
+    all.run(liar, exec, span<float>(g));
+  });
+  for (int r = 0; r < ranks; ++r) {
+    INFO(errors[r]);
+    CHECK(errors[r].find("allreducer: rank 1 announced a ") == 0);
+    CHECK(errors[r].find("payloads are multiples of 16 bytes") != std::string::npos);
+  }
+  // Bad ranks arguments, by name (a negative count threw std::length_error).
+  CHECK_THROWS_WITH((comm::allreducer<topk, float, host>(*std::make_unique<host>(), topk{}, n, -1, false)),
+                    "allreducer: ranks must be >= 1, got -1");
 }
 
 TEST_CASE("decompress_add_all equals decoding the payloads one by one, and names a bad one", "[collective]") {

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,7 @@
 #include "gradzip/core/span.hpp"
 #include "gradzip/feedback/ef21.hpp"
 #include "gradzip/feedback/error_feedback.hpp"
+#include "gradzip/random/hash.hpp"
 #include "gradzip/wire/reader.hpp"
 
 namespace gradzip::comm {
@@ -153,6 +155,20 @@ enum class feedback_mode {
   ef21,            ///< EF21's g_i and g (feedback::ef21): the payload is C(g - g_i), the output g
 };
 
+/// The word each rank announces before the gather, so that every rank reaches the same verdict
+/// from the same words (a rank that judged alone could throw while the others wait for it):
+/// bits 0-47 the payload's size, 48-62 a fingerprint of (n, the codec's bound, the element
+/// type), bit 63 set when this rank's compress failed.
+struct announcement {
+  static constexpr int size_bits = 48;
+  static constexpr std::uint64_t size_mask = (std::uint64_t{1} << size_bits) - 1;
+  static constexpr std::uint64_t failed = std::uint64_t{1} << 63;
+  /// 15 bits of a hash: ranks built for another tensor or codec differ, but for 1 in 32,768.
+  static std::uint64_t fingerprint(std::uint64_t n, std::uint64_t bound, element_type type) {
+    return (hash64(hash64(n, bound), static_cast<std::uint64_t>(type)) & 0x7FFFu) << size_bits;
+  }
+};
+
 template <class Codec, class T, class Exec>
 class allreducer {
   static_assert(is_element_v<T>, "allreducer<Codec, T, Exec>: T must be float, double, __half or __nv_bfloat16");
@@ -163,13 +179,13 @@ class allreducer {
   allreducer(Exec& exec, Codec codec, std::size_t n, int ranks, feedback_mode mode)
       : codec_(codec),
         n_(n),
-        ranks_(ranks),
+        ranks_(checked_ranks(codec, n, ranks)),
         payload_(ops::template allocate_zeroed<std::byte>(exec, codec.template max_compressed_bytes<T>(n))),
         gathered_(ops::template allocate_zeroed<std::byte>(
             exec, summable_path() ? 0 : static_cast<std::size_t>(ranks) * codec.template max_compressed_bytes<T>(n))),
         sizes_(static_cast<std::size_t>(ranks)),
-        peers_(static_cast<std::size_t>(ranks)) {
-    GRADZIP_EXPECTS(ranks >= 1, "allreducer: ranks must be >= 1, got ", ranks);
+        peers_(static_cast<std::size_t>(ranks)),
+        fingerprint_(announcement::fingerprint(n, codec.template max_compressed_bytes<T>(n), element_traits<T>::type)) {
     if (mode == feedback_mode::error_feedback) {
       feedback_ = std::make_unique<feedback::error_feedback<Codec, T, Exec>>(exec, codec, n);
     } else if (mode == feedback_mode::ef21) {
@@ -201,22 +217,33 @@ class allreducer {
   /// peer payload or a communication error is found after this rank compressed: its residual
   /// (error feedback) or g_i (EF21) has then taken the step that made the payload it sent,
   /// and EF21's g has not.
+  ///
+  /// Every rank throws together, never one while the others wait: ranks built for another n or
+  /// codec (checked at the first run on the allreduce path, at every run on the gather path), a
+  /// rank whose compress failed (a data-dependent codec's count_over_bound: that rank rethrows
+  /// its own error, the others name it), and a bad payload all raise on every rank.
   void run(communicator& comm, Exec& exec, span<T> grad, quantize::compress_context ctx = {}) {
     GRADZIP_EXPECTS(grad.size() == n_, "allreducer: gradient has ", grad.size(), " elements, expected ", n_);
     GRADZIP_EXPECTS(comm.size() == ranks_, "allreducer: communicator has ", comm.size(), " ranks, built for ",
                     ranks_);
     span<std::byte> payload = ops::view(payload_);
-    if (feedback_) {
-      last_bytes_ = feedback_->compress(exec, span<const T>(grad), payload, ctx);
-    } else if (ef21_) {
-      last_bytes_ = ef21_->compress(exec, span<const T>(grad), payload, ctx);
-    } else {
-      last_bytes_ = codec_.compress(exec, span<const T>(grad), payload, ctx);
+    std::exception_ptr failure;  // the gather path reports it to every rank before rethrowing
+    try {
+      last_bytes_ = compress_local(exec, grad, payload, ctx);
+    } catch (...) {
+      if constexpr (summable_path()) throw;  // data-independent: a failure here is every rank's
+      failure = std::current_exception();
+      last_bytes_ = 0;
     }
     const float average = 1.0f / static_cast<float>(ranks_);
     // The collectives may run on a stream of their own (NCCL's): after compress, before decode.
     ops::hand_over(exec, comm.cuda_stream());
     if constexpr (summable_path()) {
+      if (!agreed_) {  // once: ranks of another n or codec would allreduce different counts
+        comm.allgather_sizes(fingerprint_, span<std::uint64_t>(sizes_));
+        check_fingerprints(comm.rank());
+        agreed_ = true;
+      }
       // Every rank's frame is the same (same codec, n and count): sum the values section only.
       const wire::payload_layout l = Codec::layout(element_traits<T>::type, n_, codec_.structure().selected_count(n_));
       const auto& values = l.at(Codec::section_count - 1);
@@ -227,17 +254,9 @@ class allreducer {
                                                       grad, average, true);
       check(exec);
     } else {
-      comm.allgather_sizes(last_bytes_, span<std::uint64_t>(sizes_));
-      std::uint64_t total = 0;
-      const std::uint64_t most = codec_.template max_compressed_bytes<T>(n_);
-      for (int r = 0; r < ranks_; ++r) {
-        if (sizes_[r] > most) {
-          throw format_error(wire::format_errc::truncated,
-                             gradzip::detail::concat("allreducer: rank ", r, " announced a ", sizes_[r],
-                                                     "-byte payload, larger than the codec's bound ", most));
-        }
-        total += sizes_[r];
-      }
+      comm.allgather_sizes(fingerprint_ | last_bytes_ | (failure ? announcement::failed : 0),
+                           span<std::uint64_t>(sizes_));
+      const std::uint64_t total = check_announcements(comm.rank(), failure);
       span<std::byte> all = ops::view(gathered_);
       comm.allgatherv_bytes(span<const std::byte>(payload.data(), last_bytes_), all.subspan(0, total),
                             span<const std::uint64_t>(sizes_));
@@ -272,9 +291,67 @@ class allreducer {
     if constexpr (!std::is_same_v<Exec, host>) exec.check();
   }
 
-  /// grad <- average * the sum of the peers' decoded payloads, every payload validated first.
-  /// Host: one fused pass (codec::decompress_add_all's machinery); CUDA: peer by peer, each
-  /// decode checked so that a bad payload is attributed to its rank.
+  static int checked_ranks(const Codec& codec, std::size_t n, int ranks) {
+    GRADZIP_EXPECTS(ranks >= 1, "allreducer: ranks must be >= 1, got ", ranks);
+    const std::uint64_t bound = codec.template max_compressed_bytes<T>(n);
+    GRADZIP_EXPECTS(bound <= announcement::size_mask, "allreducer: payloads of up to ", bound,
+                    " bytes: the gather announces sizes below 2^48");
+    GRADZIP_EXPECTS(summable_path() || bound <= SIZE_MAX / static_cast<std::uint64_t>(ranks), "allreducer: ", ranks,
+                    " payloads of up to ", bound, " bytes overflow a size");
+    return ranks;
+  }
+
+  std::size_t compress_local(Exec& exec, span<T> grad, span<std::byte> payload, quantize::compress_context ctx) {
+    if (feedback_) return feedback_->compress(exec, span<const T>(grad), payload, ctx);
+    if (ef21_) return ef21_->compress(exec, span<const T>(grad), payload, ctx);
+    return codec_.compress(exec, span<const T>(grad), payload, ctx);
+  }
+
+  /// Every rank's fingerprint (in sizes_) equals this one's: the same verdict on every rank.
+  void check_fingerprints(int me) const {
+    for (int r = 0; r < ranks_; ++r) {
+      const std::uint64_t theirs = sizes_[r] & ~announcement::size_mask & ~announcement::failed;
+      const std::uint64_t first = sizes_[0] & ~announcement::size_mask & ~announcement::failed;
+      GRADZIP_EXPECTS(theirs == first, "allreducer: rank ", r, " was built for another tensor or codec than rank 0 (n, ",
+                      "the payload bound or the element type differ; this is rank ", me, ")");
+    }
+  }
+
+  /// The gather's announcements, judged alike on every rank (they see the same words): the
+  /// fingerprints agree, no rank's compress failed (this rank rethrows its own error), and
+  /// every size is within the bound and a multiple of 16 (payloads are; later ones stay
+  /// aligned). Returns the sizes' total; sizes_ then holds the sizes alone.
+  std::uint64_t check_announcements(int me, const std::exception_ptr& failure) {
+    check_fingerprints(me);
+    for (int r = 0; r < ranks_; ++r) {
+      if ((sizes_[r] & announcement::failed) == 0) continue;
+      if (r == me && failure) std::rethrow_exception(failure);
+      throw error(gradzip::detail::concat("allreducer: rank ", r, " could not compress its gradient (its own error says ",
+                                          "why); no rank applied this step"));
+    }
+    const std::uint64_t most = codec_.template max_compressed_bytes<T>(n_);
+    std::uint64_t total = 0;
+    for (int r = 0; r < ranks_; ++r) {
+      sizes_[r] &= announcement::size_mask;
+      if (sizes_[r] > most) {
+        throw format_error(wire::format_errc::truncated,
+                           gradzip::detail::concat("allreducer: rank ", r, " announced a ", sizes_[r],
+                                                   "-byte payload, larger than the codec's bound ", most));
+      }
+      if (sizes_[r] % 16 != 0) {
+        throw format_error(wire::format_errc::bad_total_size,
+                           gradzip::detail::concat("allreducer: rank ", r, " announced a ", sizes_[r],
+                                                   "-byte payload: payloads are multiples of 16 bytes"));
+      }
+      total += sizes_[r];
+    }
+    return total;
+  }
+
+  /// grad <- average * the sum of the peers' decoded payloads, every payload validated before
+  /// any is applied. Host: codec::decompress_add_all's machinery (all validated, then applied
+  /// one after another); CUDA: each peer's checks and exec.check() in turn, so that a bad
+  /// payload is attributed to its rank, then the decodes (which check again).
   void decode_peers(Exec& exec, span<T> grad, float average) {
     std::size_t bad = 0;
     try {
@@ -282,6 +359,10 @@ class allreducer {
         gradzip::detail::payload_backend<host>::decode_all(exec, codec_, span<const span<const std::byte>>(peers_),
                                                            grad, average, true, bad);
       } else {
+        for (bad = 0; bad < peers_.size(); ++bad) {
+          gradzip::detail::payload_backend<Exec>::check(exec, codec_, peers_[bad], grad.size());
+          check(exec);
+        }
         for (bad = 0; bad < peers_.size(); ++bad) {
           gradzip::detail::payload_backend<Exec>::decode(exec, codec_, peers_[bad], grad, average, bad == 0);
           check(exec);
@@ -299,6 +380,8 @@ class allreducer {
   typename ops::template buffer<std::byte> gathered_;
   std::vector<std::uint64_t> sizes_;
   std::vector<span<const std::byte>> peers_;  // each rank's payload inside gathered_
+  std::uint64_t fingerprint_ = 0;             // announcement::fingerprint of this allreducer
+  bool agreed_ = false;                       // the allreduce path's fingerprints were compared
   std::unique_ptr<feedback::error_feedback<Codec, T, Exec>> feedback_;  // null: no error feedback
   std::unique_ptr<feedback::ef21<Codec, T, Exec>> ef21_;                // null: no EF21
   std::size_t last_bytes_ = 0;

@@ -6,8 +6,10 @@
  * with CUDA: check `MPIX_Query_cuda_support()`; Debian's Open MPI is not, so stage device
  * payloads through host memory there). fp32 and fp64 sums use MPI_SUM; fp16 and bf16 sums use
  * user-defined MPI operations that add in float and round to nearest even, as gradzip's casts
- * do. Every MPI error becomes a `gradzip::error` naming the call and MPI's message. Sizes
- * above INT_MAX bytes per rank are refused (MPI's counts are int).
+ * do. With `MPI_ERRORS_RETURN` set on the communicator, every MPI error becomes a
+ * `gradzip::error` naming the call and MPI's message (under MPI's default handler,
+ * MPI_ERRORS_ARE_FATAL, it aborts the job first). A gather's counts and displacements above
+ * INT_MAX bytes are refused (MPI's are int): each rank's payload, and the bytes before each.
  *
  * This header includes <mpi.h>; the rest of gradzip never does. Link MPI::MPI_CXX.
  *
@@ -143,16 +145,16 @@ class mpi_communicator final : public communicator {
     displacements.resize(sizes.size());
     std::uint64_t at = 0;
     for (std::size_t r = 0; r < sizes.size(); ++r) {
-      counts[r] = checked_count(sizes[r], what);
-      displacements[r] = checked_count(at, what);
+      counts[r] = checked_count(sizes[r], what, "count", r);
+      displacements[r] = checked_count(at, what, "displacement", r);
       at += sizes[r];
     }
     return at;
   }
 
-  static int checked_count(std::uint64_t count, const char* what) {
-    GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": ", count,
-                    " exceeds MPI's int counts");
+  static int checked_count(std::uint64_t count, const char* what, const char* kind, std::size_t rank) {
+    GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": rank ", rank, "'s ",
+                    kind, " of ", count, " bytes exceeds MPI's int counts");
     return static_cast<int>(count);
   }
 

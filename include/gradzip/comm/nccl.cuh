@@ -41,6 +41,27 @@
     }                                                                                              \
   } while (0)
 
+namespace gradzip::comm::detail {
+/// ncclGroupStart in the constructor, ncclGroupEnd in end() or, if an NCCL call between them
+/// threw, in the destructor: a group left open would silently batch the next step's calls.
+class nccl_group {
+ public:
+  nccl_group() { GRADZIP_NCCL_TRY(ncclGroupStart()); }
+  nccl_group(const nccl_group&) = delete;
+  nccl_group& operator=(const nccl_group&) = delete;
+  void end() {
+    open_ = false;
+    GRADZIP_NCCL_TRY(ncclGroupEnd());
+  }
+  ~nccl_group() {
+    if (open_) (void)ncclGroupEnd();  // unwinding: the error that threw is the one to report
+  }
+
+ private:
+  bool open_ = true;
+};
+}  // namespace gradzip::comm::detail
+
 namespace gradzip::comm {
 
 class nccl_communicator final : public communicator {
@@ -76,14 +97,16 @@ class nccl_communicator final : public communicator {
     std::uint64_t total = 0;
     for (std::uint64_t s : sizes) total += s;
     GRADZIP_EXPECTS(total <= all.size(), "allgatherv_bytes: ", total, " bytes to gather into ", all.size());
-    GRADZIP_NCCL_TRY(ncclGroupStart());
+    GRADZIP_EXPECTS(mine.size() == sizes[static_cast<std::size_t>(rank_)], "allgatherv_bytes: this rank sends ",
+                    mine.size(), " bytes, its announced size is ", sizes[static_cast<std::size_t>(rank_)]);
+    detail::nccl_group group;
     std::uint64_t at = 0;
     for (int r = 0; r < size_; ++r) {
       const void* send = r == rank_ ? static_cast<const void*>(mine.data()) : nullptr;
       GRADZIP_NCCL_TRY(ncclBroadcast(send, all.data() + at, sizes[static_cast<std::size_t>(r)], ncclUint8, r, comm_, stream_));
       at += sizes[static_cast<std::size_t>(r)];
     }
-    GRADZIP_NCCL_TRY(ncclGroupEnd());
+    group.end();
   }
 
   /// mine and theirs in host memory, as for every communicator; staged through device memory.
@@ -94,12 +117,12 @@ class nccl_communicator final : public communicator {
     std::uint64_t* in = exchange_.data() + mine.size();
     GRADZIP_CUDA_TRY(cudaMemcpyAsync(out, mine.data(), mine.size() * sizeof(std::uint64_t), cudaMemcpyHostToDevice,
                                      stream_));
-    GRADZIP_NCCL_TRY(ncclGroupStart());
+    detail::nccl_group group;
     for (int r = 0; r < size_; ++r) {
       GRADZIP_NCCL_TRY(ncclSend(out + r, 1, ncclUint64, r, comm_, stream_));
       GRADZIP_NCCL_TRY(ncclRecv(in + r, 1, ncclUint64, r, comm_, stream_));
     }
-    GRADZIP_NCCL_TRY(ncclGroupEnd());
+    group.end();
     GRADZIP_CUDA_TRY(cudaMemcpyAsync(theirs.data(), in, theirs.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
                                      stream_));
     GRADZIP_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host reads the sizes; `mine` may go away
@@ -110,7 +133,7 @@ class nccl_communicator final : public communicator {
                        span<const std::uint64_t> recv_sizes) override {
     detail::check_alltoallv(send, send_sizes, recv, recv_sizes, static_cast<std::size_t>(size_), "alltoallv_bytes");
     std::uint64_t out = 0, in = 0;
-    GRADZIP_NCCL_TRY(ncclGroupStart());
+    detail::nccl_group group;
     for (int r = 0; r < size_; ++r) {
       const auto part = static_cast<std::size_t>(r);
       if (send_sizes[part] != 0) {
@@ -122,7 +145,7 @@ class nccl_communicator final : public communicator {
       out += send_sizes[part];
       in += recv_sizes[part];
     }
-    GRADZIP_NCCL_TRY(ncclGroupEnd());
+    group.end();
   }
 
  private:

@@ -30,6 +30,7 @@ extern std::vector<float> accum;      // where decoded payloads are added, n val
 extern std::vector<float> weights;    // the model's parameters, n values
 extern std::vector<std::byte> out;    // a buffer of the codec's max_compressed_bytes
 extern std::vector<std::byte> payload;  // a payload received from a peer
+extern std::vector<gradzip::span<const std::byte>> gathered_payloads;  // every worker's payload, allgathered
 extern std::vector<float> average;    // the average over ranks of decoded payloads, n values
 extern std::vector<float> bucket;     // a bucket of gradients: tensors back to back
 extern gradzip::comm::communicator& comm;  // MPI, NCCL or your own (docs/communication.md)

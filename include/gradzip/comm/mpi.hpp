@@ -145,17 +145,23 @@ class mpi_communicator final : public communicator {
     displacements.resize(sizes.size());
     std::uint64_t at = 0;
     for (std::size_t r = 0; r < sizes.size(); ++r) {
-      counts[r] = checked_count(sizes[r], what, "count", r);
-      displacements[r] = checked_count(at, what, "displacement", r);
+      counts[r] = checked_part(sizes[r], what, "count", r);
+      displacements[r] = checked_part(at, what, "displacement", r);
       at += sizes[r];
     }
     return at;
   }
 
-  static int checked_count(std::uint64_t count, const char* what, const char* kind, std::size_t rank) {
-    GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": rank ", rank, "'s ",
-                    kind, " of ", count, " bytes exceeds MPI's int counts");
+  static int checked_count(std::uint64_t count, const char* what) {
+    GRADZIP_EXPECTS(count <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": ", count,
+                    " exceeds MPI's int counts");
     return static_cast<int>(count);
+  }
+  /// A gather's or exchange's count or displacement (`kind`) for rank r, as an int.
+  static int checked_part(std::uint64_t bytes, const char* what, const char* kind, std::size_t r) {
+    GRADZIP_EXPECTS(bytes <= static_cast<std::uint64_t>(INT_MAX), "mpi_communicator::", what, ": rank ", r, "'s ",
+                    kind, " of ", bytes, " bytes exceeds MPI's int counts");
+    return static_cast<int>(bytes);
   }
 
   MPI_Comm comm_;

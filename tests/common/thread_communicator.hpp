@@ -196,15 +196,17 @@ inline std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std:
   return errors;
 }
 
-/// Rank r's nonzeros: a shared hot set (indices below n / 20, each with probability 1/2) and its
-/// own cold ones (density `density` over the rest), values from the synthetic gradient.
-inline void sparse_gradient(int r, std::uint64_t n, double density, std::vector<std::uint64_t>& idx, std::vector<float>& val) {
+/// Rank r's nonzeros: a shared hot set (indices below n / 20, each with probability 1/2; none
+/// without `hot`) and its own cold ones (density `density` over the rest), values from the
+/// synthetic gradient.
+inline void sparse_gradient(int r, std::uint64_t n, double density, std::vector<std::uint64_t>& idx, std::vector<float>& val,
+                            bool hot = true) {
   idx.clear();
   val.clear();
   const auto v = gradzip_tools::synthetic_gradient<float>(static_cast<std::size_t>(n), 700 + r);
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t h = hash64(31 + static_cast<std::uint64_t>(r), i);
-    const bool keep = i < n / 20 ? (h & 1) != 0 : static_cast<double>(h >> 11) / 9007199254740992.0 < density;
+    const bool keep = hot && i < n / 20 ? (h & 1) != 0 : static_cast<double>(h >> 11) / 9007199254740992.0 < density;
     if (keep) {
       idx.push_back(i);
       val.push_back(v[i]);

@@ -31,9 +31,22 @@
    in device code was fused by the compiler's choice; such expressions must say which they want
    (fmaf, or __fmul_rn / __fadd_rn), or payloads differ from the host's (docs/architecture.md).
 
+5. Launches (--launches FILE, which the SIMT backend writes: `gradzip_simt_tests
+   --simt-record-launches=FILE`, lines of "mangled-name threads dynamic-shared-bytes
+   max-dynamic-shared-attribute"): for each kernel of the translation unit that the tests launched,
+   - the most threads per block of its launches are within its __launch_bounds__ (.maxntid):
+     more fails the launch on a GPU, and the backend, which cannot read the bound, runs it;
+   - its static shared memory (ptxas) plus the most dynamic shared memory of its launches fit 48
+     KiB, or, where the launch raised cudaFuncAttributeMaxDynamicSharedMemorySize, static plus
+     that value fit the architecture's opt-in limit (163 KiB on sm_80, 227 KiB on sm_90 and
+     sm_100): the backend knows the dynamic bytes only.
+   No kernel of the file matched in the record is itself a failure (the names would disagree).
+   Kernels instantiated over a type in an anonymous namespace have no dynamic symbol, so the
+   backend cannot name them: they are listed, with those the tests never launch, as unchecked.
+
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
                         [--allow-spills FILE] [--allow-stack FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
-                        [--vector-stores FILE] [--wide-stores FILE] [--divisions FILE] SOURCE.cu
+                        [--vector-stores FILE] [--wide-stores FILE] [--divisions FILE] [--launches FILE] SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
 import argparse
@@ -45,6 +58,9 @@ import tempfile
 
 REGISTERS_PER_BLOCK = 65536
 STATIC_SHARED_LIMIT = 48 * 1024
+# cudaDevAttrMaxSharedMemoryPerBlockOptin: what static plus opted-in dynamic shared memory may reach
+# (CUDA C Programming Guide, "Compute Capabilities": 163 KB on 8.0, 227 KB on 9.0 and 10.0).
+OPTIN_SHARED_LIMIT = {"80": 163 * 1024, "90": 227 * 1024, "100": 227 * 1024}
 # sm_80, sm_90 and sm_100 alike: a 64 K-register file per SM, 64 resident warps, 32 blocks,
 # registers allocated per warp in units of 256.
 REGISTERS_PER_SM = 65536
@@ -96,6 +112,36 @@ def load_limits(path):
         most, _, reason = rest.partition(" ")
         limits.append((pattern, int(most), reason.strip()))
     return limits
+
+
+def load_launches(path):
+    """{mangled: (threads, dynamic bytes, max dynamic attribute or -1)} from the SIMT backend's record."""
+    launches = {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            parts = line.split()
+            if len(parts) != 4:
+                raise SystemExit(f"{path}:{number}: expected 'name threads dynamic-bytes attribute', got {line!r}")
+            launches[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
+    return launches
+
+
+def launch_problems(sm, pretty, launch, maxntid, smem):
+    """What a recorded launch breaks on architecture sm: threads above the bound, shared memory
+    above the limit."""
+    threads, dynamic, attribute = launch
+    out = []
+    if maxntid is not None and threads > maxntid:
+        out.append(f"{sm} {pretty}: launched with {threads} threads per block, above its __launch_bounds__ "
+                   f"({maxntid}): the launch fails on a GPU")
+    if attribute < 0 and smem + dynamic > STATIC_SHARED_LIMIT:
+        out.append(f"{sm} {pretty}: {smem} bytes of static shared memory + {dynamic} dynamic = {smem + dynamic} "
+                   f"> {STATIC_SHARED_LIMIT} without cudaFuncAttributeMaxDynamicSharedMemorySize")
+    limit = OPTIN_SHARED_LIMIT.get(sm[3:], min(OPTIN_SHARED_LIMIT.values()))
+    if attribute >= 0 and smem + attribute > limit:
+        out.append(f"{sm} {pretty}: {smem} bytes of static shared memory + the {attribute} its launches opt in to "
+                   f"= {smem + attribute} > {limit}, the most a block may have on {sm}")
+    return out
 
 
 def demangle(names):
@@ -250,6 +296,7 @@ def main():
     ap.add_argument("--vector-stores")
     ap.add_argument("--wide-stores")
     ap.add_argument("--divisions")
+    ap.add_argument("--launches")
     ap.add_argument("--no-contraction-check", action="store_true")
     ap.add_argument("--namespace", default="gradzip::",
                     help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
@@ -272,7 +319,10 @@ def main():
         usage = parse_ptxas(run.stdout + run.stderr)
         ptx, files = {}, {}
         for a in archs:
-            with open(os.path.join(keep, f"{stem}.compute_{a}.ptx")) as f:
+            path = os.path.join(keep, f"{stem}.compute_{a}.ptx")
+            if len(archs) == 1 and not os.path.exists(path):
+                path = os.path.join(keep, f"{stem}.ptx")  # nvcc's name with one architecture
+            with open(path) as f:
                 text = f.read()
             ptx[a], files[a] = ptx_functions(text), file_table(text)
 
@@ -290,6 +340,8 @@ def main():
         wide += [(VECTOR_STORE, "16-byte global store", p, r) for p, r in load_allowed(args.vector_stores)]
         wide += [(WIDE_STORE, "global store of 8 bytes or more", p, r) for p, r in load_allowed(args.wide_stores)]
         division_limits = load_limits(args.divisions)
+        launches = load_launches(args.launches) if args.launches else {}
+        launched = set()
         rows = []
         for (sm, mangled), u in sorted(usage.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             arch = sm[3:]
@@ -323,7 +375,21 @@ def main():
                 if divisions > most:
                     problems.append(f"{sm} {pretty}: {divisions} floating-point divisions in the PTX, at most {most} "
                                     f"({reason})")
+            if mangled in launches:
+                launched.add(mangled)
+                problems += launch_problems(sm, pretty, launches[mangled], ptx[arch].get(mangled, (0, None))[1],
+                                            u["smem"])
             rows.append((sm, u["regs"], threads, occupancy, u["smem"], u["stack"], u["spill_stores"], pretty))
+
+        if args.launches:
+            kernels = {mangled for (_, mangled) in usage}
+            print(f"{name}: {len(launched)} of its {len(kernels)} kernels were launched by the SIMT tests "
+                  f"(recorded in {os.path.basename(args.launches)}), checked against their launches")
+            for mangled in sorted(kernels - launched):
+                print(f"  not checked (not launched by the SIMT tests, or not named by them): "
+                      f"{short(names.get(mangled, mangled))}")
+            if not launched:
+                problems.append(f"no kernel of {name} is in {args.launches}: the names differ, or nothing ran")
 
         if not args.no_contraction_check:
             arch = "90" if "90" in archs else archs[0]
@@ -369,7 +435,8 @@ def main():
         return 1
     print("\nall kernels fit their launch, nothing spills, no stack frames in multi-thread kernels (or excepted), "
           "occupancy >= 50 % (or excepted), "
-          "the listed kernels load (and store) 16 bytes and keep to their divisions, no implicit contraction")
+          "the listed kernels load (and store) 16 bytes and keep to their divisions, no implicit contraction" +
+          (", the recorded launches keep to the bounds and the shared memory limits" if args.launches else ""))
     return 0
 
 

@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -786,11 +789,25 @@ const allocation* find_allocation(const void* p, std::size_t bytes, bool pinned)
 }
 bool is_device(const void* p, std::size_t bytes) { return find_allocation(p, bytes == 0 ? 1 : bytes, false) != nullptr; }
 
+/// Under ASan, makes [begin, begin + bytes) unaddressable: what an allocation holds past its
+/// size (cudaMalloc rounds up to 256 bytes, dynamic shared memory to its allocation unit). A GPU
+/// does not fault there, but a kernel that reads or writes past its buffer is wrong wherever the
+/// buffer is carved from a larger one (a framework's caching allocator, a tensor's storage).
+void poison_slack(void* begin, std::size_t bytes) {
+#if defined(GRADZIP_SIMT_ASAN)
+  ASAN_POISON_MEMORY_REGION(begin, bytes);
+#else
+  (void)begin;
+  (void)bytes;
+#endif
+}
+
 void* allocate(std::size_t bytes, bool pinned) {
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
   void* p = std::aligned_alloc(256, rounded);
   if (p == nullptr) return nullptr;
   std::memset(p, poison_byte, rounded);
+  poison_slack(static_cast<unsigned char*>(p) + bytes, rounded - bytes);
   allocations()[reinterpret_cast<std::uintptr_t>(p)] = allocation{bytes, pinned};
   return p;
 }
@@ -926,6 +943,108 @@ void report_fault(const std::string& message) {
 
 unsigned char* block_dynamic_shared = nullptr;  // the running block's dynamic shared memory
 
+unsigned char* align_256(unsigned char* p) {
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(p) + 255) / 256 * 256);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Static __shared__ variables
+// ---------------------------------------------------------------------------------------------
+
+/// Where static __shared__ variables live: one section, where the compiler honours a section on a
+/// function's local static (clang does; GCC ignores it on a template's, and every gradzip kernel
+/// is a template), so the backend can give each block its own poisoned copy. The section's name
+/// starts with a dot, so that ASan still puts its redzones between the variables (it leaves
+/// sections named like C identifiers alone, for their __start_/__stop_ arrays); the section is
+/// found in the executable's section headers instead.
+using byte_span = std::pair<unsigned char*, std::size_t>;
+
+/// The section's address and size in this process; {nullptr, 0} when it has none.
+byte_span find_static_shared_section() {
+  std::ifstream exe("/proc/self/exe", std::ios::binary);
+  Elf64_Ehdr header{};
+  if (!exe.read(reinterpret_cast<char*>(&header), sizeof header) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
+      header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shnum == 0) {
+    return {nullptr, 0};
+  }
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  exe.seekg(static_cast<std::streamoff>(header.e_shoff));
+  exe.read(reinterpret_cast<char*>(sections.data()), static_cast<std::streamsize>(sections.size() * sizeof(Elf64_Shdr)));
+  if (!exe || header.e_shstrndx >= sections.size()) return {nullptr, 0};
+  const Elf64_Shdr& names = sections[header.e_shstrndx];
+  std::string table(names.sh_size, '\0');
+  exe.seekg(static_cast<std::streamoff>(names.sh_offset));
+  exe.read(table.data(), static_cast<std::streamsize>(table.size()));
+  if (!exe) return {nullptr, 0};
+  for (const Elf64_Shdr& s : sections) {
+    if (s.sh_name >= table.size() || std::strcmp(table.c_str() + s.sh_name, static_shared_section) != 0) continue;
+    // The executable's load bias: the first object dl_iterate_phdr reports is the program.
+    std::uintptr_t bias = 0;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* out) {
+          *static_cast<std::uintptr_t*>(out) = info->dlpi_addr;
+          return 1;
+        },
+        &bias);
+    return {reinterpret_cast<unsigned char*>(bias + s.sh_addr), s.sh_size};
+  }
+  return {nullptr, 0};
+}
+
+/// The section's bytes that belong to variables: all of it, or under ASan the spans between the
+/// redzones it poisoned.
+const std::vector<byte_span>& static_shared_spans() {
+  static const std::vector<byte_span> spans = [] {
+    std::vector<byte_span> out;
+    const auto [base, size] = find_static_shared_section();
+    if (base == nullptr || size == 0) return out;
+#if defined(GRADZIP_SIMT_ASAN)
+    unsigned char* const end = base + size;
+    for (unsigned char* p = base; p < end;) {
+      while (p < end && __asan_address_is_poisoned(p)) ++p;
+      unsigned char* q = p;
+      while (q < end && !__asan_address_is_poisoned(q)) ++q;
+      if (q > p) out.emplace_back(p, static_cast<std::size_t>(q - p));
+      p = q;
+    }
+#else
+    out.emplace_back(base, size);
+#endif
+    return out;
+  }();
+  return spans;
+}
+
+std::size_t static_shared_bytes() {
+  std::size_t total = 0;
+  for (const auto& s : static_shared_spans()) total += s.second;
+  return total;
+}
+
+/// Every block starts with its static __shared__ variables poisoned, as dynamic shared memory.
+void poison_static_shared() {
+  for (const auto& [p, n] : static_shared_spans()) std::memset(p, poison_byte, n);
+}
+
+/// A block's own copy of the static __shared__ variables, while another block of a cooperative
+/// launch runs: saved when the block parks, restored when it resumes.
+void save_static_shared(std::vector<unsigned char>& image) {
+  image.resize(static_shared_bytes());
+  std::size_t at = 0;
+  for (const auto& [p, n] : static_shared_spans()) {
+    std::memcpy(image.data() + at, p, n);
+    at += n;
+  }
+}
+
+void restore_static_shared(const std::vector<unsigned char>& image) {
+  std::size_t at = 0;
+  for (const auto& [p, n] : static_shared_spans()) {
+    std::memcpy(p, image.data() + at, n);
+    at += n;
+  }
+}
+
 /// Launches per kernel name, for --simt-list-kernels; printed at exit.
 std::map<std::string, std::uint64_t>& launched() {
   static std::map<std::string, std::uint64_t> counts;
@@ -942,15 +1061,15 @@ std::map<std::string, std::uint64_t>& launched() {
 
 /// A cooperative launch: every block's fibers at once. In each round every block that has not
 /// exited runs until it parks at the grid_sync (blocks in a shuffled order under a seed), then the
-/// barrier releases them all. Each block has its own dynamic shared memory; static __shared__
-/// variables are one object, so what a block leaves there may be overwritten by the next block
-/// before the barrier (cooperative kernels keep nothing in them across a grid_sync).
+/// barrier releases them all. Each block has its own dynamic shared memory, and its own static
+/// __shared__ variables where they live in their section (static_shared_spans: a clang build).
 void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
   const unsigned threads = l.block.x * l.block.y * l.block.z;
   const std::uint64_t count = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
   std::vector<fiber> fibers(count * threads);
   std::vector<block_run> blocks(count);
   std::vector<std::vector<unsigned char>> dynamic(count);
+  std::vector<std::vector<unsigned char>> statics(count);  // each block's static __shared__ variables
   std::vector<rng> thread_rngs;
   const std::uint64_t seed = config().shuffle_seed;
   for (std::uint64_t i = 0; i < count; ++i) {
@@ -962,6 +1081,9 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
     b.block_idx = uint3{static_cast<unsigned>(i % l.grid.x), static_cast<unsigned>((i / l.grid.x) % l.grid.y),
                         static_cast<unsigned>(i / (static_cast<std::uint64_t>(l.grid.x) * l.grid.y))};
     dynamic[i].assign(l.shared_bytes + 256, poison_byte);
+    unsigned char* base = align_256(dynamic[i].data());
+    poison_slack(base + l.shared_bytes, static_cast<std::size_t>(dynamic[i].data() + dynamic[i].size() - base) - l.shared_bytes);
+    statics[i].assign(static_shared_bytes(), poison_byte);
     thread_rngs.push_back(rng{(seed + 0x632BE59BD9B4E019ull) * (launch_id + 1) ^ (i * 0xD1B54A32D192ED03ull)});
     start_block(b, i * threads);
   }
@@ -975,9 +1097,10 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
     if (order.empty()) return;
     if (seed != 0) block_rng.shuffle(order);
     for (std::uint64_t i : order) {
-      block_dynamic_shared = reinterpret_cast<unsigned char*>(
-          (reinterpret_cast<std::uintptr_t>(dynamic[i].data()) + 255) / 256 * 256);
+      block_dynamic_shared = align_256(dynamic[i].data());
+      restore_static_shared(statics[i]);
       const block_outcome o = advance_block(blocks[i], seed != 0 ? &thread_rngs[i] : nullptr);
+      save_static_shared(statics[i]);
       block_dynamic_shared = nullptr;
       if (o == block_outcome::stopped) {
         report_fault(blocks[i].fault_message);
@@ -997,6 +1120,38 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
   }
 }
 
+/// What --simt-record-launches writes at exit, per kernel.
+struct launch_extent {
+  std::uint64_t threads = 0;        // the most threads per block of any launch
+  std::size_t dynamic_shared = 0;   // the most bytes of dynamic shared memory
+  long long max_dynamic_shared = -1;  // cudaFuncAttributeMaxDynamicSharedMemorySize at the launches (-1: unset)
+};
+
+std::map<const void*, launch_extent>& launch_extents() {
+  static std::map<const void*, launch_extent> extents;
+  static const bool registered = [] {
+    std::atexit([] {
+      const std::string& path = config().record_launches;
+      if (path.empty()) return;
+      std::FILE* f = std::fopen(path.c_str(), "w");
+      if (f == nullptr) {
+        std::fprintf(stderr, "gradzip SIMT: cannot write %s (%s)\n", path.c_str(), std::strerror(errno));
+        std::_Exit(1);
+      }
+      for (const auto& [kernel, e] : launch_extents()) {
+        Dl_info info{};
+        if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr) continue;  // unnamed: not in a PTX either
+        std::fprintf(f, "%s %llu %zu %lld\n", info.dli_sname, static_cast<unsigned long long>(e.threads),
+                     e.dynamic_shared, e.max_dynamic_shared);
+      }
+      std::fclose(f);
+    });
+    return true;
+  }();
+  (void)registered;
+  return extents;
+}
+
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
   if (config().list_kernels) ++launched()[kernel_name(l.kernel)];
@@ -1008,8 +1163,9 @@ void run_grid(const launch_record& l) {
   const std::uint64_t blocks = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
   std::vector<fiber> fibers(threads);
   std::vector<unsigned char> dynamic(l.shared_bytes + 256);
-  auto* shared_base = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(dynamic.data()) + 255) / 256 * 256);
+  unsigned char* const shared_base = align_256(dynamic.data());
+  poison_slack(shared_base + l.shared_bytes, static_cast<std::size_t>(dynamic.data() + dynamic.size() - shared_base) -
+                                                 l.shared_bytes);
   const std::uint64_t seed = config().shuffle_seed;
   std::vector<std::uint64_t> order(blocks);
   for (std::uint64_t i = 0; i < blocks; ++i) order[i] = i;
@@ -1026,6 +1182,7 @@ void run_grid(const launch_record& l) {
     b.barrier_generation = 0;
     b.storage_generation.clear();
     std::memset(shared_base, poison_byte, l.shared_bytes);
+    poison_static_shared();
     block_dynamic_shared = shared_base;
     rng thread_rng{(seed + 0x632BE59BD9B4E019ull) * (launch_id + 1) ^ (i * 0xD1B54A32D192ED03ull)};
     run_block(b, seed != 0 ? &thread_rng : nullptr);
@@ -1039,6 +1196,8 @@ void run_grid(const launch_record& l) {
 
 
 }  // namespace
+
+bool static_shared_per_block() { return !static_shared_spans().empty(); }
 
 void* dynamic_shared() {
   context();  // inside a kernel only
@@ -1137,6 +1296,12 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
   }
   CUstream_st* s = stream_of(stream);
   if (s == nullptr) return complain(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
+  if (!config().record_launches.empty()) {
+    launch_extent& e = launch_extents()[r.kernel];
+    e.threads = std::max(e.threads, threads);
+    e.dynamic_shared = std::max(e.dynamic_shared, r.shared_bytes);
+    if (opt != max_dynamic_shared().end()) e.max_dynamic_shared = std::max<long long>(e.max_dynamic_shared, opt->second);
+  }
   auto shared = std::make_shared<launch_record>(std::move(record));
   enqueue(*s, [shared] { run_grid(*shared); });
   return cudaSuccess;
@@ -1201,6 +1366,9 @@ int parse_options(int argc, char** argv) {
       config().blocks_per_sm = static_cast<int>(value("--simt-blocks-per-sm="));
     } else if (a.rfind("--simt-max-cooperative=", 0) == 0) {
       config().max_cooperative_blocks = static_cast<unsigned>(value("--simt-max-cooperative="));
+    } else if (a.rfind("--simt-record-launches=", 0) == 0) {
+      config().record_launches = a.substr(std::strlen("--simt-record-launches="));
+      launch_extents();
     } else if (a == "--simt-no-cooperative") {
       config().cooperative_launch = false;
     } else {

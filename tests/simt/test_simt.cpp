@@ -15,6 +15,17 @@
 
 #include "gradzip_simt/settings.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SIMT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIMT_TEST_ASAN 1
+#endif
+#endif
+#if defined(SIMT_TEST_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace sim = gradzip_simt;
 
 namespace {
@@ -224,9 +235,114 @@ __global__ void grid_sync_uncooperative_kernel(unsigned* out) {
   out[blockIdx.x] = 1;
 }
 
+// Thread 0 reports what the block finds in its static __shared__ variables, then leaves its
+// own mark there.
+__global__ void static_shared_first_read_kernel(unsigned* out) {
+  __shared__ unsigned word;
+  alignas(16) __shared__ unsigned char bytes[40];
+  if (threadIdx.x == 0) {
+    unsigned tail = 0;
+    std::memcpy(&tail, bytes + 36, 4);
+    out[2 * blockIdx.x] = word;
+    out[2 * blockIdx.x + 1] = tail;
+    word = 1234 + blockIdx.x;
+    std::memset(bytes, static_cast<int>(blockIdx.x), sizeof bytes);
+  }
+}
+
+#if defined(SIMT_TEST_ASAN)
+// Whether ASan would report an access to the first byte past the block's dynamic shared memory,
+// and to its last byte.
+__global__ void dynamic_shared_slack_kernel(std::size_t bytes, int* out) {
+  auto* shared = static_cast<unsigned char*>(sim::dynamic_shared());
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = __asan_address_is_poisoned(shared + bytes);
+    out[2 * blockIdx.x + 1] = __asan_address_is_poisoned(shared + bytes - 1);
+  }
+}
+#endif
+
+// Each block keeps a value in a static __shared__ variable across two grid-wide barriers.
+__global__ void static_shared_across_grid_sync_kernel(unsigned* out) {
+  __shared__ unsigned mine;
+  if (threadIdx.x == 0) mine = 7 * blockIdx.x + 1;
+  sim::grid_sync(__FILE__, __LINE__);
+  __syncthreads();
+  if (threadIdx.x == 1) mine += 2;
+  sim::grid_sync(__FILE__, __LINE__);
+  if (threadIdx.x == 0) out[blockIdx.x] = mine;
+}
+
 }  // namespace simt_test
 
 using namespace simt_test;
+
+TEST_CASE("simt: static __shared__ variables start poisoned in every block (clang build)", "[simt]") {
+  scoped_settings s;
+  for (const std::uint64_t seed : {0, 1}) {
+    sim::config().shuffle_seed = seed;
+    INFO("seed " << seed);
+    device_array<unsigned> out(2 * 6, 5);
+    REQUIRE(run(static_shared_first_read_kernel, dim3(6), dim3(32), 0, out.data) == cudaSuccess);
+    const auto got = out.get();
+    if (sim::static_shared_per_block()) {
+      CHECK(got == std::vector<unsigned>(12, 0xFFFFFFFFu));
+    } else if (seed == 0) {
+      // GCC: plain statics. Each block sees the previous block's mark (block 0 what this test's
+      // first launch left, or zero).
+      for (unsigned b = 1; b < 6; ++b) {
+        CHECK(got[2 * b] == 1233 + b);
+        CHECK(got[2 * b + 1] == (b - 1) * 0x01010101u);
+      }
+    }
+  }
+  if (!sim::static_shared_per_block()) {
+    WARN("static __shared__ variables are plain statics in this (GCC) build; the clang build poisons them");
+  }
+}
+
+TEST_CASE("simt: under ASan, the bytes past an allocation's or dynamic shared memory's size are unaddressable",
+          "[simt]") {
+#if defined(SIMT_TEST_ASAN)
+  scoped_settings s;
+  for (const std::size_t bytes : {std::size_t{13}, std::size_t{256}, std::size_t{1000}}) {
+    INFO(bytes << " bytes");
+    unsigned char* p = nullptr;
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), bytes) == cudaSuccess);
+    CHECK_FALSE(__asan_address_is_poisoned(p + bytes - 1));
+    CHECK(__asan_address_is_poisoned(p + bytes));
+    CHECK(__asan_region_is_poisoned(p, bytes) == nullptr);
+    REQUIRE(cudaFree(p) == cudaSuccess);
+    device_array<int> out(2 * 3, -1);
+    REQUIRE(run(dynamic_shared_slack_kernel, dim3(3), dim3(32), bytes, bytes, out.data) == cudaSuccess);
+    for (unsigned b = 0; b < 3; ++b) {
+      CHECK(out.get()[2 * b] == 1);
+      CHECK(out.get()[2 * b + 1] == 0);
+    }
+  }
+#else
+  WARN("not an ASan build: nothing to check");
+#endif
+}
+
+TEST_CASE("simt: a cooperative launch keeps each block's static __shared__ variables (clang build)", "[simt]") {
+  scoped_settings s;
+  if (!sim::static_shared_per_block()) {
+    WARN("static __shared__ variables are one object for all blocks in this (GCC) build; the clang build "
+         "keeps one per block");
+    return;
+  }
+  for (const std::uint64_t seed : {0, 1, 2}) {
+    sim::config().shuffle_seed = seed;
+    INFO("seed " << seed);
+    device_array<unsigned> out(8);
+    REQUIRE(sim::launch_cooperative(static_shared_across_grid_sync_kernel, dim3(8), dim3(64), 0, nullptr, out.data) ==
+            cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const auto got = out.get();
+    for (unsigned b = 0; b < 8; ++b) CHECK(got[b] == 7 * b + 3);
+  }
+}
 
 TEST_CASE("simt: built-in variables cover every block and thread", "[simt]") {
   const dim3 grid(3, 2, 2), block(4, 3, 2);

@@ -21,9 +21,9 @@
  * - atomics are exact (blocks run one at a time, and a fiber yields only at a sync point);
  * - a cooperative launch (`launch_cooperative`) holds all its blocks at once: each runs until
  *   every live thread of it waits at `grid_sync`, then the next (in a shuffled order under a
- *   seed), and the barrier releases when every thread of the grid waits at it. Static
- *   `__shared__` variables are one object for all blocks (below), so in a cooperative kernel
- *   nothing may keep them across a grid sync; dynamic shared memory is the block's own.
+ *   seed), and the barrier releases when every thread of the grid waits at it. Each block has
+ *   its own dynamic shared memory, and (a clang build, below) its own static `__shared__`
+ *   variables; under GCC those are one object for all blocks.
  */
 #pragma once
 
@@ -31,11 +31,20 @@
 
 // Keywords: defined before the CUDA headers, whose host_defines.h keeps a prior definition
 // when nvcc is not compiling. A __shared__ variable is one object per block; blocks run one
-// at a time, so a static variable is exactly that.
+// at a time, so a static variable is that, once the backend poisons it at each block's start
+// (and, in a cooperative launch, swaps in each block's own copy). It can only where the
+// variables share a section: clang honours the section of a function's local static; GCC
+// ignores it on a template's (every gradzip kernel is one), so there a __shared__ variable
+// starts at zero in the program's first block and keeps what the last block left.
+#define GRADZIP_SIMT_SHARED_SECTION ".gradzip_simt_shared"
 #define __global__
 #define __device__
 #define __host__
+#if defined(__clang__)
+#define __shared__ __attribute__((section(GRADZIP_SIMT_SHARED_SECTION))) static
+#else
 #define __shared__ static
+#endif
 #define __launch_bounds__(...)
 #define __forceinline__ inline __attribute__((always_inline))
 
@@ -138,6 +147,14 @@ void block_collective(const collective_call& call, const char* file, int line);
 
 /// The byte dynamic shared memory, fresh device allocations and CUB temp storage are filled with.
 inline constexpr unsigned char poison_byte = 0xFF;
+
+/// The section static __shared__ variables live in (a clang build).
+inline constexpr const char* static_shared_section = GRADZIP_SIMT_SHARED_SECTION;
+
+/// Whether static __shared__ variables are per block here: poisoned at each block's start, one
+/// copy per block in a cooperative launch (a clang build: the section exists); otherwise they
+/// are plain statics, zero at first and shared by every block.
+bool static_shared_per_block();
 
 // ---- the launch ----
 

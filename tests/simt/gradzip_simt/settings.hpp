@@ -34,6 +34,12 @@ struct settings {
   /// Print every kernel launched (with its launch count) when the process exits: which kernels
   /// the tests execute, and which they never reach.
   bool list_kernels = false;
+  /// When not empty: at exit, write each kernel launched to this file, one line per kernel:
+  /// its mangled name, the most threads per block and bytes of dynamic shared memory any launch
+  /// asked for, and its cudaFuncAttributeMaxDynamicSharedMemorySize (-1: never set). What the
+  /// backend cannot check, tools/check_kernels.py does with it: threads within the kernel's
+  /// __launch_bounds__, static plus dynamic shared memory within each architecture's limit.
+  std::string record_launches;
 };
 
 settings& config();
@@ -43,7 +49,7 @@ std::string take_fault();
 
 /// Applies and removes the --simt-* options of argv; returns the new argc. Options:
 ///   --simt-shuffle=SEED  --simt-strict  --simt-sm-count=N  --simt-max-grid=N  --simt-blocks-per-sm=N
-///   --simt-max-cooperative=N  --simt-no-cooperative  --simt-list-kernels
+///   --simt-max-cooperative=N  --simt-no-cooperative  --simt-list-kernels  --simt-record-launches=FILE
 int parse_options(int argc, char** argv);
 
 /// Cooperative launches the backend has declined (cudaErrorNotSupported or

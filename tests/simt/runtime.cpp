@@ -1155,6 +1155,13 @@ std::map<const void*, launch_extent>& launch_extents() {
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
   if (config().list_kernels) ++launched()[kernel_name(l.kernel)];
+  if (l.host_pointer >= 0) {
+    // A GPU faults (cudaErrorIllegalAddress) when the kernel dereferences it; here every such
+    // parameter is one, whether or not the kernel reads it (gradzip passes null for unused ones).
+    report_fault(kernel_name(l.kernel) + ": parameter " + std::to_string(l.host_pointer) +
+                 " points to host memory a GPU cannot reach (not from cudaMalloc or cudaMallocHost)");
+    return;
+  }
   if (l.cooperative) {
     run_cooperative(l, launch_id);
     return;
@@ -1198,6 +1205,15 @@ void run_grid(const launch_record& l) {
 }  // namespace
 
 bool static_shared_per_block() { return !static_shared_spans().empty(); }
+
+bool device_accessible(const void* p) {
+  std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
+  const auto* byte = static_cast<const unsigned char*>(p);
+  for (const bool pinned : {false, true}) {
+    if (find_allocation(byte, 1, pinned) != nullptr || find_allocation(byte - 1, 1, pinned) != nullptr) return true;
+  }
+  return false;
+}
 
 void* dynamic_shared() {
   context();  // inside a kernel only

@@ -384,7 +384,7 @@ TEST_CASE("simt: a shuffled thread order exposes a missing barrier", "[simt]") {
   CHECK(differs);
 }
 
-TEST_CASE("simt: __byte_perm picks bytes of y:x as CUDA's default mode does", "[simt]") {
+TEST_CASE("simt: __byte_perm picks bytes of y:x, or their signs, as PTX's prmt.b32 does", "[simt]") {
   const unsigned x = 0x33221100u, y = 0x77665544u;
   CHECK(__byte_perm(x, y, 0x3210u) == x);
   CHECK(__byte_perm(x, y, 0x7654u) == y);
@@ -392,6 +392,12 @@ TEST_CASE("simt: __byte_perm picks bytes of y:x as CUDA's default mode does", "[
   CHECK(__byte_perm(x, y, 0x0123u) == 0x00112233u);  // reversed
   CHECK(__byte_perm(x, y, 0x6240u) == 0x66224400u);  // transpose_bytes_4_lanes' selectors
   CHECK(__byte_perm(x, y, 0x3715u) == 0x33771155u);
+  CHECK(__byte_perm(x, y, 0xFFFF3210u) == x);  // the upper 16 bits select nothing
+  // A selector's fourth bit replicates the selected byte's sign bit (PTX prmt.b32's default mode).
+  const unsigned signs = 0x7F80FF01u, more = 0x00800102u;
+  CHECK(__byte_perm(signs, more, 0xBA98u) == 0x00FFFF00u);
+  CHECK(__byte_perm(signs, more, 0x0C1Du) == 0x0100FF00u);
+  CHECK(__byte_perm(signs, more, 0x000Eu) == 0x010101FFu);  // byte 6: y's 0x80
 }
 
 TEST_CASE("simt: warp intrinsics follow CUDA's definitions", "[simt]") {
@@ -456,6 +462,31 @@ TEST_CASE("simt: launch configurations CUDA rejects are rejected", "[simt]") {
   CHECK(sim::launch(add_one_kernel, dim3(9), dim3(32), 0, nullptr, out.data, 4) == cudaErrorInvalidConfiguration);
   cudaGetLastError();
   CHECK(out.get() == std::vector<int>(4, 0));  // nothing ran
+}
+
+TEST_CASE("simt: a kernel given a pointer into pageable host memory faults, as on a GPU", "[simt]") {
+  scoped_settings s;
+  std::vector<int> host(4, 0);
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, host.data(), 4) == cudaErrorLaunchFailure);
+  CHECK(fault_says("add_one_kernel(int*, int): parameter 0 points to host memory a GPU cannot reach"));
+  CHECK(host == std::vector<int>(4, 0));  // nothing ran
+  cudaGetLastError();
+  int on_stack[4] = {};
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, on_stack, 4) == cudaErrorLaunchFailure);
+  CHECK(fault_says("parameter 0 points to host memory"));
+  cudaGetLastError();
+  // Device memory (its end included: an empty range there), pinned host memory and null are fine.
+  device_array<int> out(4);
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, out.data, 4) == cudaSuccess);
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, out.data + 4, 0) == cudaSuccess);
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, static_cast<int*>(nullptr), 0) == cudaSuccess);
+  int* pinned = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * sizeof(int)) == cudaSuccess);
+  std::fill(pinned, pinned + 4, 0);
+  CHECK(run(add_one_kernel, dim3(1), dim3(32), 0, pinned, 4) == cudaSuccess);
+  CHECK(std::vector<int>(pinned, pinned + 4) == std::vector<int>(4, 1));
+  cudaFreeHost(pinned);
+  CHECK(out.get() == std::vector<int>(4, 1));
 }
 
 TEST_CASE("simt: a cooperative launch's grid_sync waits for every block, and keeps each block's shared memory",

@@ -166,7 +166,28 @@ struct launch_record {
   const void* kernel;
   std::function<void()> body;
   bool cooperative = false;  // cudaLaunchCooperativeKernel: every block resident, grid_sync allowed
+  int host_pointer = -1;     // the first pointer parameter into memory a GPU cannot reach (-1: none)
 };
+
+/// Whether device code may dereference p: inside a device allocation or pinned host memory
+/// (which unified addressing maps for the device), or one past its end.
+bool device_accessible(const void* p);
+
+/// The position of the first parameter that is a non-null data pointer a kernel could not
+/// dereference on a GPU (into pageable host memory or a stack), or -1. Pointers inside structs
+/// are not seen.
+template <class Tuple, std::size_t... I>
+int host_pointer_parameter(const Tuple& params, std::index_sequence<I...>) {
+  int first = -1;
+  auto check = [&](int i, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {
+      if (first < 0 && value != nullptr && !device_accessible(value)) first = i;
+    }
+  };
+  (check(static_cast<int>(I), std::get<I>(params)), ...);
+  return first;
+}
 
 /// Validates the configuration (as cudaLaunchKernel does) and enqueues the launch on `stream`.
 cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record);
@@ -180,6 +201,7 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
   auto params = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
   launch_record r{grid, block, shared_bytes, reinterpret_cast<const void*>(kernel),
                   [kernel, params] { std::apply(kernel, *params); }};
+  r.host_pointer = host_pointer_parameter(*params, std::index_sequence_for<Params...>{});
   return enqueue_launch(stream, std::move(r));
 }
 
@@ -194,6 +216,7 @@ cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
   auto params = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
   launch_record r{grid, block, shared_bytes, reinterpret_cast<const void*>(kernel),
                   [kernel, params] { std::apply(kernel, *params); }, true};
+  r.host_pointer = host_pointer_parameter(*params, std::index_sequence_for<Params...>{});
   return enqueue_launch(stream, std::move(r));
 }
 
@@ -336,12 +359,19 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
 inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
 }
-/// Byte n of the result is byte (s >> 4 n) & 7 of the 8 bytes y:x (x the low four): the default
-/// mode of CUDA's __byte_perm, whose other selector bit (sign replication) no gradzip kernel sets.
+/// Byte n of the result is byte (s >> 4 n) & 7 of the 8 bytes y:x (x the low four), or, where
+/// the selector's fourth bit is set, that byte's sign bit replicated over all eight: PTX's
+/// prmt.b32 in its default mode, which __byte_perm compiles to (CUDA's documentation names only
+/// the three low bits; s's upper 16 bits are ignored).
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   const unsigned long long bytes = (static_cast<unsigned long long>(y) << 32) | x;
   unsigned out = 0;
-  for (int n = 0; n < 4; ++n) out |= static_cast<unsigned>((bytes >> (8 * ((s >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
+  for (int n = 0; n < 4; ++n) {
+    const unsigned selector = (s >> (4 * n)) & 0xFu;
+    unsigned byte = static_cast<unsigned>(bytes >> (8 * (selector & 7u))) & 0xFFu;
+    if ((selector & 8u) != 0) byte = (byte & 0x80u) != 0 ? 0xFFu : 0u;
+    out |= byte << (8 * n);
+  }
   return out;
 }
 inline unsigned __brev(unsigned x) {

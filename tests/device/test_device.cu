@@ -2166,10 +2166,11 @@ class stream_communicator final : public gz::comm::communicator {
   cudaStream_t stream_;
 };
 
-/// Rank 0 of `ranks` whose peers all send its own payload (copies), the last one damaged.
+/// Rank 0 of `ranks` whose peers all send its own payload (copies), those of `damaged` with a
+/// broken magic. The copies are queued on the legacy stream: the host does not wait for them.
 class replicating_communicator final : public gz::comm::communicator {
  public:
-  explicit replicating_communicator(int ranks) : ranks_(ranks) {}
+  replicating_communicator(int ranks, std::vector<int> damaged) : ranks_(ranks), damaged_(std::move(damaged)) {}
   int rank() const override { return 0; }
   int size() const override { return ranks_; }
   void allreduce_sum(void*, std::size_t, gz::element_type) override { FAIL("not the gather path"); }
@@ -2179,13 +2180,15 @@ class replicating_communicator final : public gz::comm::communicator {
   void allgatherv_bytes(gz::span<const std::byte> mine, gz::span<std::byte> all,
                         gz::span<const std::uint64_t>) override {
     for (int r = 0; r < ranks_; ++r) {
-      GRADZIP_CUDA_TRY(cudaMemcpy(all.data() + r * mine.size(), mine.data(), mine.size(), cudaMemcpyDeviceToDevice));
+      GRADZIP_CUDA_TRY(cudaMemcpyAsync(all.data() + r * mine.size(), mine.data(), mine.size(),
+                                       cudaMemcpyDeviceToDevice, nullptr));
     }
-    GRADZIP_CUDA_TRY(cudaMemset(all.data() + (ranks_ - 1) * mine.size(), 0, 1));  // the last copy's magic
+    for (const int r : damaged_) GRADZIP_CUDA_TRY(cudaMemsetAsync(all.data() + r * mine.size(), 0, 1, nullptr));
   }
 
  private:
   int ranks_;
+  std::vector<int> damaged_;
 };
 
 }  // namespace
@@ -2195,14 +2198,45 @@ TEST_CASE("cuda allreducer checks every peer's payload before it decodes any", "
   using codec_t = gz::codec<gz::sparsify::topk>;
   const std::size_t n = 30000;
   gz::cuda dev;
-  replicating_communicator comm{3};
   gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, codec_t{gz::sparsify::topk::ratio(0.01)}, n, 3, false);
   const auto g = gradzip_tools::synthetic_gradient<float>(n, 92);
   device_vector<float> grad(g);
   // Ranks 0 and 1 were decoded into grad before rank 2's payload was found bad.
-  CHECK_THROWS_WITH(all.run(comm, dev, grad.view()), Catch::Contains("allreducer: payload from rank 2"));
+  replicating_communicator last_bad{3, {2}};
+  CHECK_THROWS_WITH(all.run(last_bad, dev, grad.view()), Catch::Contains("allreducer: payload from rank 2"));
   CHECK(grad.download() == g);
+  // The first bad rank is named.
+  replicating_communicator two_bad{3, {1, 2}};
+  CHECK_THROWS_WITH(all.run(two_bad, dev, grad.view()), Catch::Contains("allreducer: payload from rank 1"));
+  CHECK(grad.download() == g);
+  replicating_communicator good{3, {}};
+  all.run(good, dev, grad.view());
+  dev.check();
+  CHECK(grad.download() != g);
 }
+
+#if defined(GRADZIP_SIMT)
+// SIMT only: the backend counts the host's waits for the device.
+TEST_CASE("cuda allreducer's decode waits for the device as often for 7 ranks as for 2", "[gpu]") {
+  REQUIRE_GPU();
+  using codec_t = gz::codec<gz::sparsify::topk>;
+  const std::size_t n = 30000;
+  gz::cuda dev;
+  const auto g = gradzip_tools::synthetic_gradient<float>(n, 94);
+  std::uint64_t waits[2] = {};
+  for (const int ranks : {2, 7}) {
+    gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, codec_t{gz::sparsify::topk::ratio(0.01)}, n, ranks, false);
+    replicating_communicator comm{ranks, {}};
+    device_vector<float> grad(g);
+    all.run(comm, dev, grad.view());  // first run: buffers grow
+    const std::uint64_t before = gradzip_simt::host_waits();
+    all.run(comm, dev, grad.view());
+    waits[ranks == 7] = gradzip_simt::host_waits() - before;
+  }
+  INFO(waits[0] << " waits for 2 ranks, " << waits[1] << " for 7");
+  CHECK(waits[1] == waits[0]);
+}
+#endif
 
 TEST_CASE("cuda allreducer orders compress, the collectives' stream and decode", "[gpu]") {
   REQUIRE_GPU();

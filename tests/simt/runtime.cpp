@@ -1353,6 +1353,13 @@ std::uint64_t declined_cooperative_launches() {
   return declined_cooperative;
 }
 
+std::uint64_t host_wait_count = 0;  // under runtime_mutex
+
+std::uint64_t host_waits() {
+  std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
+  return host_wait_count;
+}
+
 std::size_t live_device_bytes() {
   std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
   std::size_t total = 0;
@@ -1563,6 +1570,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaDeviceSynchronize() {
   lock_t lock(runtime_mutex());
+  ++host_wait_count;
   flush_all();
   return take_pending();
 }
@@ -1603,6 +1611,7 @@ cudaError_t cudaMalloc(void** p, std::size_t bytes) {
 cudaError_t cudaFree(void* p) {
   lock_t lock(runtime_mutex());
   if (p == nullptr) return cudaSuccess;
+  ++host_wait_count;
   flush_all();  // cudaFree synchronizes the device
   if (!release(p, false)) return complain(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
   return take_pending();
@@ -1645,6 +1654,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   if (const cudaError_t e = check_copy("cudaMemcpy", dst, src, bytes, kind); e != cudaSuccess) return e;
   CUstream_st& s = legacy_stream();
   enqueue_copy(s, dst, src, bytes, kind);
+  ++host_wait_count;
   flush(s, s.enqueued);
   return take_pending();
 }
@@ -1698,6 +1708,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   lock_t lock(runtime_mutex());
   CUstream_st* s = stream_of(stream);
   if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  ++host_wait_count;
   flush(*s, s->enqueued);
   return take_pending();
 }
@@ -1745,6 +1756,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   lock_t lock(runtime_mutex());
   if (event == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  ++host_wait_count;
   if (event->recorded) flush(*event->stream, event->seq);
   return take_pending();
 }

@@ -350,8 +350,8 @@ class allreducer {
 
   /// grad <- average * the sum of the peers' decoded payloads, every payload validated before
   /// any is applied. Host: codec::decompress_add_all's machinery (all validated, then applied
-  /// one after another); CUDA: each peer's checks and exec.check() in turn, so that a bad
-  /// payload is attributed to its rank, then the decodes (which check again).
+  /// one after another); CUDA: every peer's checks, one wait, then the decodes (which check
+  /// again on the device) and a second wait: two host synchronizations, whatever the ranks.
   void decode_peers(Exec& exec, span<T> grad, float average) {
     std::size_t bad = 0;
     try {
@@ -359,18 +359,27 @@ class allreducer {
         gradzip::detail::payload_backend<host>::decode_all(exec, codec_, span<const span<const std::byte>>(peers_),
                                                            grad, average, true, bad);
       } else {
-        for (bad = 0; bad < peers_.size(); ++bad) {
-          gradzip::detail::payload_backend<Exec>::check(exec, codec_, peers_[bad], grad.size());
+        // Every peer is checked before any is decoded, so that a bad payload leaves grad as it
+        // was: the checks queued back to back, then one wait. Only when one failed are they
+        // run again one at a time, to name the first bad rank.
+        for (const auto& peer : peers_) gradzip::detail::payload_backend<Exec>::check(exec, codec_, peer, grad.size());
+        try {
           check(exec);
+        } catch (const format_error&) {
+          for (bad = 0; bad < peers_.size(); ++bad) {
+            gradzip::detail::payload_backend<Exec>::check(exec, codec_, peers_[bad], grad.size());
+            check(exec);
+          }
+          throw;  // not reached: the same checks, in the same order, fail again
         }
-        for (bad = 0; bad < peers_.size(); ++bad) {
-          gradzip::detail::payload_backend<Exec>::decode(exec, codec_, peers_[bad], grad, average, bad == 0);
-          check(exec);
+        for (const auto& peer : peers_) {
+          gradzip::detail::payload_backend<Exec>::decode(exec, codec_, peer, grad, average, &peer == peers_.data());
         }
       }
     } catch (const format_error& e) {
       throw format_error(e.code(), gradzip::detail::concat("allreducer: payload from rank ", bad, ": ", e.what()));
     }
+    check(exec);  // the decodes' own checks, which passed above
   }
 
   Codec codec_;

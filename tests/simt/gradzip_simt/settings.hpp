@@ -56,6 +56,11 @@ int parse_options(int argc, char** argv);
 /// cudaErrorCooperativeLaunchTooLarge) since the process began: whether a caller tried one.
 std::uint64_t declined_cooperative_launches();
 
+/// How often the host has waited for device work since the process began: synchronizations of
+/// the device, a stream or an event (queries included), blocking copies and cudaFree. Tests
+/// count them to show that a path does not wait per rank or per tensor.
+std::uint64_t host_waits();
+
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).
 std::size_t live_device_bytes();
 

@@ -577,11 +577,20 @@ struct payload_backend<cuda> {
                      float alpha, bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
     const checked c = check(exec, codec, payload, out.size());
+    // Only the codec's own path is instantiated: a dense codec's decode has no sparse kernels.
     if constexpr (Codec::dense) {  // every element written: no zeroing for decompress
       launch_over<dense_apply_policy>(exec, out.size(), dense_apply_kernel<Codec, T>, c.view,
                                       out.data(), out.size(), alpha, overwrite, exec.status_word());
-      return;
+    } else {
+      apply_sparse<Codec>(exec, c, payload, out, alpha, overwrite);
     }
+  }
+
+  /// decode's writes for a sparse codec: zero the output (decompress), then each encoding's
+  /// apply kernel, each returning at once unless the payload holds that encoding.
+  template <class Codec, class T>
+  static void apply_sparse(cuda& exec, const checked& c, span<const std::byte> payload, span<T> out, float alpha,
+                           bool overwrite) {
     using Indices = typename Codec::indices_type;
     constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
     constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;

@@ -32,13 +32,6 @@
 #include "gradzip_simt/device.hpp"
 #include "gradzip_simt/settings.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define GRADZIP_SIMT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GRADZIP_SIMT_ASAN 1
-#endif
-#endif
 #if defined(GRADZIP_SIMT_ASAN)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -943,8 +936,12 @@ void report_fault(const std::string& message) {
 
 unsigned char* block_dynamic_shared = nullptr;  // the running block's dynamic shared memory
 
-unsigned char* align_256(unsigned char* p) {
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(p) + 255) / 256 * 256);
+/// A block's dynamic shared memory of `bytes` inside `storage` (bytes + 256 long): 256-byte
+/// aligned, what follows it unaddressable under ASan.
+unsigned char* block_shared_memory(std::vector<unsigned char>& storage, std::size_t bytes) {
+  auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 255) / 256 * 256);
+  poison_slack(base + bytes, static_cast<std::size_t>(storage.data() + storage.size() - base) - bytes);
+  return base;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1069,6 +1066,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
   std::vector<fiber> fibers(count * threads);
   std::vector<block_run> blocks(count);
   std::vector<std::vector<unsigned char>> dynamic(count);
+  std::vector<unsigned char*> shared_bases(count);  // each block's dynamic shared memory, in dynamic[i]
   std::vector<std::vector<unsigned char>> statics(count);  // each block's static __shared__ variables
   std::vector<rng> thread_rngs;
   const std::uint64_t seed = config().shuffle_seed;
@@ -1081,8 +1079,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
     b.block_idx = uint3{static_cast<unsigned>(i % l.grid.x), static_cast<unsigned>((i / l.grid.x) % l.grid.y),
                         static_cast<unsigned>(i / (static_cast<std::uint64_t>(l.grid.x) * l.grid.y))};
     dynamic[i].assign(l.shared_bytes + 256, poison_byte);
-    unsigned char* base = align_256(dynamic[i].data());
-    poison_slack(base + l.shared_bytes, static_cast<std::size_t>(dynamic[i].data() + dynamic[i].size() - base) - l.shared_bytes);
+    shared_bases[i] = block_shared_memory(dynamic[i], l.shared_bytes);
     statics[i].assign(static_shared_bytes(), poison_byte);
     thread_rngs.push_back(rng{(seed + 0x632BE59BD9B4E019ull) * (launch_id + 1) ^ (i * 0xD1B54A32D192ED03ull)});
     start_block(b, i * threads);
@@ -1097,7 +1094,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
     if (order.empty()) return;
     if (seed != 0) block_rng.shuffle(order);
     for (std::uint64_t i : order) {
-      block_dynamic_shared = align_256(dynamic[i].data());
+      block_dynamic_shared = shared_bases[i];
       restore_static_shared(statics[i]);
       const block_outcome o = advance_block(blocks[i], seed != 0 ? &thread_rngs[i] : nullptr);
       save_static_shared(statics[i]);
@@ -1170,9 +1167,7 @@ void run_grid(const launch_record& l) {
   const std::uint64_t blocks = static_cast<std::uint64_t>(l.grid.x) * l.grid.y * l.grid.z;
   std::vector<fiber> fibers(threads);
   std::vector<unsigned char> dynamic(l.shared_bytes + 256);
-  unsigned char* const shared_base = align_256(dynamic.data());
-  poison_slack(shared_base + l.shared_bytes, static_cast<std::size_t>(dynamic.data() + dynamic.size() - shared_base) -
-                                                 l.shared_bytes);
+  unsigned char* const shared_base = block_shared_memory(dynamic, l.shared_bytes);
   const std::uint64_t seed = config().shuffle_seed;
   std::vector<std::uint64_t> order(blocks);
   for (std::uint64_t i = 0; i < blocks; ++i) order[i] = i;

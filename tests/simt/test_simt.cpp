@@ -15,14 +15,7 @@
 
 #include "gradzip_simt/settings.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SIMT_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SIMT_TEST_ASAN 1
-#endif
-#endif
-#if defined(SIMT_TEST_ASAN)
+#if defined(GRADZIP_SIMT_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -250,7 +243,7 @@ __global__ void static_shared_first_read_kernel(unsigned* out) {
   }
 }
 
-#if defined(SIMT_TEST_ASAN)
+#if defined(GRADZIP_SIMT_ASAN)
 // Whether ASan would report an access to the first byte past the block's dynamic shared memory,
 // and to its last byte.
 __global__ void dynamic_shared_slack_kernel(std::size_t bytes, int* out) {
@@ -303,7 +296,7 @@ TEST_CASE("simt: static __shared__ variables start poisoned in every block (clan
 
 TEST_CASE("simt: under ASan, the bytes past an allocation's or dynamic shared memory's size are unaddressable",
           "[simt]") {
-#if defined(SIMT_TEST_ASAN)
+#if defined(GRADZIP_SIMT_ASAN)
   scoped_settings s;
   for (const std::size_t bytes : {std::size_t{13}, std::size_t{256}, std::size_t{1000}}) {
     INFO(bytes << " bytes");

@@ -50,6 +50,15 @@
 
 #include <cuda_runtime.h>
 
+// Whether this is the AddressSanitizer build (GCC says so with a macro, clang with a feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define GRADZIP_SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GRADZIP_SIMT_ASAN 1
+#endif
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -43,10 +43,13 @@
    No kernel of the file matched in the record is itself a failure (the names would disagree).
    Kernels instantiated over a type in an anonymous namespace have no dynamic symbol, so the
    backend cannot name them: they are listed, with those the tests never launch, as unchecked.
+   With --all-launched, every kernel of the file must be in the record: a kernel no SIMT test
+   runs (or one the backend cannot name) is a failure.
 
 Usage: check_kernels.py --nvcc NVCC [--arch 80 --arch 90 ...] [-I DIR]... [-D DEF]...
                         [--allow-spills FILE] [--allow-stack FILE] [--occupancy-exceptions FILE] [--vector-loads FILE]
-                        [--vector-stores FILE] [--wide-stores FILE] [--divisions FILE] [--launches FILE] SOURCE.cu
+                        [--vector-stores FILE] [--wide-stores FILE] [--divisions FILE]
+                        [--launches FILE [--all-launched]] SOURCE.cu
 Exits 1 and lists every violation; prints a table of the kernels otherwise.
 """
 import argparse
@@ -297,11 +300,15 @@ def main():
     ap.add_argument("--wide-stores")
     ap.add_argument("--divisions")
     ap.add_argument("--launches")
+    ap.add_argument("--all-launched", action="store_true",
+                    help="with --launches: a kernel of the file that no SIMT test launched is a failure")
     ap.add_argument("--no-contraction-check", action="store_true")
     ap.add_argument("--namespace", default="gradzip::",
                     help="check the kernels of this namespace only (CUB's own kernels are CUB's business)")
     ap.add_argument("source")
     args = ap.parse_args()
+    if args.all_launched and not args.launches:
+        ap.error("--all-launched needs --launches FILE")
     archs = args.arch or ["80", "90", "100"]
     common = ["-std=c++17", "-O3", "-lineinfo"] + [f"-I{d}" for d in args.includes] + \
              [f"-D{d}" for d in args.defines]
@@ -386,8 +393,11 @@ def main():
             print(f"{name}: {len(launched)} of its {len(kernels)} kernels were launched by the SIMT tests "
                   f"(recorded in {os.path.basename(args.launches)}), checked against their launches")
             for mangled in sorted(kernels - launched):
-                print(f"  not checked (not launched by the SIMT tests, or not named by them): "
-                      f"{short(names.get(mangled, mangled))}")
+                pretty = short(names.get(mangled, mangled))
+                print(f"  not checked (not launched by the SIMT tests, or not named by them): {pretty}")
+                if args.all_launched:
+                    problems.append(f"{pretty}: no SIMT test launched it (or its name has no dynamic symbol: a "
+                                    f"type in an anonymous namespace); every kernel must run under the backend")
             if not launched:
                 problems.append(f"no kernel of {name} is in {args.launches}: the names differ, or nothing ran")
 

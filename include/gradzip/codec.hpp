@@ -262,9 +262,10 @@ class codec {
         throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
       }
     } else {
-      // Every check first: a failure in the status word makes each later apply kernel skip.
+      // Every check first: a failure in the status word makes each later apply kernel skip, and
+      // the applies do not validate again.
       for (const auto& p : payloads) detail::payload_backend<Exec>::check(exec, *this, p, accum.size());
-      for (const auto& p : payloads) detail::payload_backend<Exec>::decode(exec, *this, p, accum, alpha, false);
+      for (const auto& p : payloads) detail::payload_backend<Exec>::decode_checked(exec, *this, p, accum, alpha, false);
     }
   }
 
@@ -285,10 +286,11 @@ class codec {
         throw format_error(e.code(), detail::concat("payload ", bad, " of ", payloads.size(), ": ", e.what()));
       }
     } else {
-      // Every check first: a failure in the status word makes each later apply kernel skip.
+      // Every check first: a failure in the status word makes each later apply kernel skip, and
+      // the applies do not validate again.
       for (const auto& p : payloads) detail::payload_backend<Exec>::check(exec, *this, p, dense_out.size());
       for (std::size_t m = 0; m < payloads.size(); ++m) {
-        detail::payload_backend<Exec>::decode(exec, *this, payloads[m], dense_out, 1.0f, m == 0);
+        detail::payload_backend<Exec>::decode_checked(exec, *this, payloads[m], dense_out, 1.0f, m == 0);
       }
     }
   }

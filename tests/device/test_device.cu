@@ -640,8 +640,29 @@ TEST_CASE("cuda decompress_add_all checks every payload first, then adds them in
   std::vector<float> want = start;  // payload by payload, each addition rounded
   for (const auto& p : payloads) c.decompress_add(host, gz::span<const std::byte>(p), gz::span<float>(want), 0.5f);
   device_vector<float> acc(start);
+#if defined(GRADZIP_SIMT)
+  // Each payload validated once: its checks before any addition, and not again in the additions.
+  const std::uint64_t before_one = gradzip_simt::launches_of("validate_kernel<");
+  device_vector<float> scratch(n);
+  c.decompress_add(dev, views[0], scratch.view());
+  dev.check();  // launches are counted as the stream runs them
+  const std::uint64_t one = gradzip_simt::launches_of("validate_kernel<") - before_one;
+  CHECK(one == 1);  // COO: each element's index and code, in one kernel
+  const std::uint64_t before_all = gradzip_simt::launches_of("validate_kernel<");
+#endif
   c.decompress_add_all(dev, gz::span<const gz::span<const std::byte>>(views), acc.view(), 0.5f);
   dev.check();
+#if defined(GRADZIP_SIMT)
+  CHECK(gradzip_simt::launches_of("validate_kernel<") - before_all == 3 * one);
+  const std::uint64_t before_sum = gradzip_simt::launches_of("validate_kernel<");
+  c.decompress_all(dev, gz::span<const gz::span<const std::byte>>(views), scratch.view());
+  dev.check();
+  CHECK(gradzip_simt::launches_of("validate_kernel<") - before_sum == 3 * one);
+  std::vector<float> sum(n, 0.0f);
+  for (const auto& p : payloads) c.decompress_add(host, gz::span<const std::byte>(p), gz::span<float>(sum));
+  const auto got_sum = scratch.download();
+  CHECK(output_difference(got_sum.data(), sum.data(), n) == "");
+#endif
   std::vector<float> got = acc.download();
   CHECK(output_difference(got.data(), want.data(), n) == "");
   // The last payload bad: the first two must not have been added.
@@ -2231,22 +2252,37 @@ TEST_CASE("cuda allreducer checks every peer's payload before it decodes any", "
 }
 
 #if defined(GRADZIP_SIMT)
-// SIMT only: the backend counts the host's waits for the device.
-TEST_CASE("cuda allreducer's decode waits for the device as often for 7 ranks as for 2", "[gpu]") {
+// SIMT only: the backend counts the host's waits for the device, and kernel launches.
+TEST_CASE("cuda allreducer's decode waits for the device as often for 7 ranks as for 2, validating each payload once",
+          "[gpu]") {
   REQUIRE_GPU();
   using codec_t = gz::codec<gz::sparsify::topk>;
   const std::size_t n = 30000;
   gz::cuda dev;
   const auto g = gradzip_tools::synthetic_gradient<float>(n, 94);
+  const codec_t c{gz::sparsify::topk::ratio(0.01)};
+  // A payload's validation kernels when decompress_add decodes it alone.
+  device_vector<float> dg(g);
+  device_vector<std::byte> payload(c.max_compressed_bytes<float>(n));
+  const std::size_t bytes = c.compress(dev, dg.view(), payload.view());
+  dev.check();  // launches are counted as the stream runs them
+  const std::uint64_t before_one = gradzip_simt::launches_of("validate_kernel<");
+  c.decompress_add(dev, gz::span<const std::byte>(payload.data, bytes), dg.view());
+  dev.check();
+  const std::uint64_t per_payload = gradzip_simt::launches_of("validate_kernel<") - before_one;
+  CHECK(per_payload == 1);  // COO: the elements' check
   std::uint64_t waits[2] = {};
   for (const int ranks : {2, 7}) {
-    gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, codec_t{gz::sparsify::topk::ratio(0.01)}, n, ranks, false);
+    gz::comm::allreducer<codec_t, float, gz::cuda> all(dev, c, n, ranks, false);
     replicating_communicator comm{ranks, {}};
     device_vector<float> grad(g);
     all.run(comm, dev, grad.view());  // first run: buffers grow
     const std::uint64_t before = gradzip_simt::host_waits();
+    const std::uint64_t validations = gradzip_simt::launches_of("validate_kernel<");
     all.run(comm, dev, grad.view());
     waits[ranks == 7] = gradzip_simt::host_waits() - before;
+    // Every peer's payload validated once (before any is decoded), not again by its decode.
+    CHECK(gradzip_simt::launches_of("validate_kernel<") - validations == static_cast<std::uint64_t>(ranks) * per_payload);
   }
   INFO(waits[0] << " waits for 2 ranks, " << waits[1] << " for 7");
   CHECK(waits[1] == waits[0]);

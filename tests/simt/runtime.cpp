@@ -1042,13 +1042,20 @@ void restore_static_shared(const std::vector<unsigned char>& image) {
   }
 }
 
-/// Launches per kernel name, for --simt-list-kernels; printed at exit.
-std::map<std::string, std::uint64_t>& launched() {
-  static std::map<std::string, std::uint64_t> counts;
+/// Launches per kernel, for launches_of and --simt-list-kernels (printed at exit, by name).
+struct launch_counts {
+  std::mutex mutex;  // its own: the stream's worker counts while the host may hold runtime_mutex
+  std::map<const void*, std::uint64_t> by_kernel;
+};
+
+launch_counts& launched() {
+  static launch_counts counts;
   static const bool registered = [] {
     std::atexit([] {
       if (!config().list_kernels) return;
-      for (const auto& [name, count] : launched()) std::printf("simt kernel %8llu  %s\n", static_cast<unsigned long long>(count), name.c_str());
+      std::map<std::string, std::uint64_t> by_name;
+      for (const auto& [kernel, count] : launched().by_kernel) by_name[kernel_name(kernel)] += count;
+      for (const auto& [name, count] : by_name) std::printf("simt kernel %8llu  %s\n", static_cast<unsigned long long>(count), name.c_str());
     });
     return true;
   }();
@@ -1151,7 +1158,10 @@ std::map<const void*, launch_extent>& launch_extents() {
 
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
-  if (config().list_kernels) ++launched()[kernel_name(l.kernel)];
+  {
+    std::lock_guard<std::mutex> lock(launched().mutex);
+    ++launched().by_kernel[l.kernel];
+  }
   if (l.host_pointer >= 0) {
     // A GPU faults (cudaErrorIllegalAddress) when the kernel dereferences it; here every such
     // parameter is one, whether or not the kernel reads it (gradzip passes null for unused ones).
@@ -1353,6 +1363,15 @@ std::uint64_t host_wait_count = 0;  // under runtime_mutex
 std::uint64_t host_waits() {
   std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
   return host_wait_count;
+}
+
+std::uint64_t launches_of(const std::string& part) {
+  std::lock_guard<std::mutex> lock(launched().mutex);
+  std::uint64_t total = 0;
+  for (const auto& [kernel, count] : launched().by_kernel) {
+    if (kernel_name(kernel).find(part) != std::string::npos) total += count;
+  }
+  return total;
 }
 
 std::size_t live_device_bytes() {

@@ -350,8 +350,8 @@ class allreducer {
 
   /// grad <- average * the sum of the peers' decoded payloads, every payload validated before
   /// any is applied. Host: codec::decompress_add_all's machinery (all validated, then applied
-  /// one after another); CUDA: every peer's checks, one wait, then the decodes (which check
-  /// again on the device) and a second wait: two host synchronizations, whatever the ranks.
+  /// one after another); CUDA: every peer's checks, one wait, then the decodes (without
+  /// validating again) and a second wait: two host synchronizations, whatever the ranks.
   void decode_peers(Exec& exec, span<T> grad, float average) {
     std::size_t bad = 0;
     try {
@@ -373,13 +373,14 @@ class allreducer {
           throw;  // not reached: the same checks, in the same order, fail again
         }
         for (const auto& peer : peers_) {
-          gradzip::detail::payload_backend<Exec>::decode(exec, codec_, peer, grad, average, &peer == peers_.data());
+          gradzip::detail::payload_backend<Exec>::decode_checked(exec, codec_, peer, grad, average,
+                                                                 &peer == peers_.data());
         }
       }
     } catch (const format_error& e) {
       throw format_error(e.code(), gradzip::detail::concat("allreducer: payload from rank ", bad, ": ", e.what()));
     }
-    check(exec);  // the decodes' own checks, which passed above
+    check(exec);  // the decodes' launches
   }
 
   Codec codec_;

@@ -518,18 +518,38 @@ struct payload_backend<cuda> {
   /// two faults gets the host's error (the status word keeps the first one recorded).
   template <class Codec>
   static checked check(cuda& exec, const Codec&, span<const std::byte> payload, std::uint64_t out_size) {
+    const checked c = prepare<Codec>(exec, payload, out_size);
+    using Indices = typename Codec::indices_type;
+    if constexpr (std::is_same_v<Indices, encode::automatic> || std::is_same_v<Indices, encode::delta_varint>) {
+      launch_over<decode_policy>(exec, delta_chunk_bound(payload, out_size),
+                                 delta_validate_kernel<>, c.view, out_size, exec.status_word(),
+                                 exec.pending_failure());
+      settle(exec, chunk_recheck{c.view, out_size});
+    }
+    if constexpr (Codec::checks_elements) {
+      const unsigned grid = checks_groups<Codec> ? grid_for_policy<code_check_policy>(exec, out_size)
+                                               : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
+      launch(validate_kernel<Codec>, grid, decode_policy::threads,
+             0, exec.stream(), c.view, exec.status_word(),
+             exec.pending_failure());
+      settle(exec, element_recheck<Codec>{c.view});
+    }
+    return c;
+  }
+
+  /// What the writes need of a payload, and only the checks that come with it: the frame parsed
+  /// into the view; for bitmap indices, each word's first value (and the bit total checked).
+  template <class Codec>
+  static checked prepare(cuda& exec, span<const std::byte> payload, std::uint64_t out_size) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(payload.data());
     require_aligned(bytes, "decompress");
     std::byte* ws = exec.scratch(decode_workspace_bytes<Codec>(exec, out_size));
     auto* view = reinterpret_cast<payload_view*>(ws);
     launch(parse_kernel<Codec>, 1, 1, 0, exec.stream(), bytes, payload.size(), out_size, view, exec.status_word());
     using Indices = typename Codec::indices_type;
-    constexpr bool automatic = std::is_same_v<Indices, encode::automatic>;
-    constexpr bool may_bitmap = automatic || std::is_same_v<Indices, encode::bitmap>;
-    constexpr bool may_delta = automatic || std::is_same_v<Indices, encode::delta_varint>;
-    const std::uint64_t words = encode::bitmap::words(out_size);
     const std::uint64_t* first = nullptr;
-    if constexpr (may_bitmap) {
+    if constexpr (std::is_same_v<Indices, encode::automatic> || std::is_same_v<Indices, encode::bitmap>) {
+      const std::uint64_t words = encode::bitmap::words(out_size);
       const std::size_t temp_bytes = exclusive_sum_bytes(exec, words);
       auto* counts = reinterpret_cast<std::uint64_t*>(ws + view_bytes);
       first = counts + words;
@@ -541,20 +561,6 @@ struct payload_backend<cuda> {
                                                        counts, counts + words, words, exec.stream()));
       }
       launch(bitmap_total_kernel<>, 1, 1, 0, exec.stream(), view, out_size, counts, first, exec.status_word());
-    }
-    if constexpr (may_delta) {
-      launch_over<decode_policy>(exec, delta_chunk_bound(payload, out_size),
-                                 delta_validate_kernel<>, view, out_size, exec.status_word(),
-                                 exec.pending_failure());
-      settle(exec, chunk_recheck{view, out_size});
-    }
-    if constexpr (Codec::checks_elements) {
-      const unsigned grid = checks_groups<Codec> ? grid_for_policy<code_check_policy>(exec, out_size)
-                                               : grid_for_policy<decode_policy>(exec, entry_bound<Codec>(payload, out_size));
-      launch(validate_kernel<Codec>, grid, decode_policy::threads,
-             0, exec.stream(), view, exec.status_word(),
-             exec.pending_failure());
-      settle(exec, element_recheck<Codec>{view});
     }
     return {view, first};
   }
@@ -575,8 +581,25 @@ struct payload_backend<cuda> {
   template <class Codec, class T>
   static void decode(cuda& exec, const Codec& codec, span<const std::byte> payload, span<T> out,
                      float alpha, bool overwrite) {
+    apply<Codec>(exec, check(exec, codec, payload, out.size()), payload, out, alpha, overwrite);
+  }
+
+  /// decode of a payload that check() has already passed on exec's stream, for an output of
+  /// out.size() elements, its bytes unchanged since: the index and code validation passes are
+  /// not run again (one read of the payload and four launches fewer). What a caller that checks
+  /// every payload before applying any uses (codec::decompress_add_all, comm::allreducer): if a
+  /// check failed, the status word makes every kernel here return at once.
+  template <class Codec, class T>
+  static void decode_checked(cuda& exec, const Codec&, span<const std::byte> payload, span<T> out, float alpha,
+                             bool overwrite) {
+    apply<Codec>(exec, prepare<Codec>(exec, payload, out.size()), payload, out, alpha, overwrite);
+  }
+
+  /// decode's writes, from check's or prepare's view.
+  template <class Codec, class T>
+  static void apply(cuda& exec, const checked& c, span<const std::byte> payload, span<T> out, float alpha,
+                    bool overwrite) {
     static_assert(is_element_v<T>, "decode: output must be a gradzip element type");
-    const checked c = check(exec, codec, payload, out.size());
     // Only the codec's own path is instantiated: a dense codec's decode has no sparse kernels.
     if constexpr (Codec::dense) {  // every element written: no zeroing for decompress
       launch_over<dense_apply_policy>(exec, out.size(), dense_apply_kernel<Codec, T>, c.view,

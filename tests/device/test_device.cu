@@ -1767,9 +1767,15 @@ TEST_CASE("cuda hash partition equals the host's loads, split and hash bitmap", 
       const auto want = zen.split_fixed(gz::span<const std::uint64_t>(sorted), n, capacity, overflow,
                                         gz::span<std::uint64_t>(slots), gz::span<std::uint64_t>(counts),
                                         gz::span<std::uint64_t>(spill), gz::span<std::uint32_t>(spill_parts));
+#if defined(GRADZIP_SIMT)
+      const std::uint64_t waits = gradzip_simt::host_waits();
+#endif
       const auto got = zen.split_fixed(dev, gz::span<const std::uint64_t>(ds.data, ds.size), n, capacity, overflow,
                                        dslots.view(), dcounts.view(), dspill.view(), dspill_parts.view());
       INFO("capacity " << capacity);
+#if defined(GRADZIP_SIMT)
+      CHECK(gradzip_simt::host_waits() - waits == 1);  // the results, read once at the end
+#endif
       CHECK(got.overflowed == want.overflowed);
       CHECK(got.unplaced == want.unplaced);
       CHECK(dslots.download() == slots);

@@ -5,7 +5,9 @@
 //   order), a part's rank = its position minus the part's first position; ranks below
 //   `capacity` go to the part's slots, the others are flagged, and an exclusive scan of the
 //   flags in index order gives each one its place in the overflow area: the host's loop,
-//   exactly. Scratch: 24 bytes per index, 16 per part, plus CUB's.
+//   exactly. Scratch: 24 bytes per index, 16 per part, plus CUB's. One host wait: the total
+//   and the first bad index are read together at the end, and the kernels that write the
+//   caller's spans return at once when an index was bad, so a refused input changes nothing.
 // - the hash bitmap: member flags over [0, n), an exclusive scan gives each member its rank
 //   (bit position); encode sets bits with atomicOr, decode selects set members in index order.
 //   Scratch: 16 bytes per element of [0, n); n below 2^32.
@@ -90,11 +92,17 @@ void runs_kernel(const std::uint32_t* sorted_part, std::uint64_t m, std::uint64_
   }
 }
 
+/// Whether prepare_kernel found an index out of order: split_fixed's writes into the caller's
+/// spans are then skipped, so that a refused input changes nothing (the host's contract).
+__device__ inline bool refused(const unsigned long long* first_bad) { return *first_bad != ~0ull; }
+
 template <class = void>
 __global__ __launch_bounds__(partition_policy::threads)
 void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
                   const std::uint32_t* sorted_position, std::uint64_t m, const std::uint64_t* first,
-                  std::uint64_t capacity, std::uint64_t* slots, std::uint32_t* overflowing) {
+                  std::uint64_t capacity, std::uint64_t* slots, std::uint32_t* overflowing,
+                  const unsigned long long* first_bad) {
+  if (refused(first_bad)) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t s = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < m; s += stride) {
     const std::uint32_t p = sorted_part[s];
@@ -112,7 +120,8 @@ void place_kernel(const std::uint64_t* sorted, const std::uint32_t* sorted_part,
 template <class = void>
 __global__ __launch_bounds__(partition_policy::threads)
 void counts_kernel(const std::uint64_t* first, const std::uint64_t* end, std::uint32_t parts,
-                   std::uint64_t capacity, std::uint64_t* counts) {
+                   std::uint64_t capacity, std::uint64_t* counts, const unsigned long long* first_bad) {
+  if (refused(first_bad)) return;
   for (std::uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < parts; p += gridDim.x * blockDim.x) {
     const std::uint64_t size = end[p] - first[p];
     counts[p] = size < capacity ? size : capacity;
@@ -124,7 +133,8 @@ template <class = void>
 __global__ __launch_bounds__(partition_policy::threads)
 void spill_kernel(const std::uint64_t* sorted, const std::uint32_t* part, const std::uint32_t* flag,
                   const std::uint32_t* at, std::uint64_t m, std::uint64_t overflow, std::uint64_t* spill,
-                  std::uint32_t* spill_parts, std::uint64_t* total) {
+                  std::uint32_t* spill_parts, std::uint64_t* total, const unsigned long long* first_bad) {
+  if (refused(first_bad)) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t j = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     if (flag[j] != 0 && at[j] < overflow) {
@@ -257,22 +267,27 @@ struct partition_backend<cuda> {
       launch(partition_device::prepare_kernel<>, grid, partition_policy::threads,
              0, exec.stream(), sorted.data(), m, n, z.seed(), parts,
              part, position, first_bad);
-      refuse_bad_index(exec, sorted, n, first_bad);  // before anything is written, as on the host
       GRADZIP_CUDA_TRY(cub::DeviceRadixSort::SortPairs(scratch + at_temp, sort_bytes, part, sorted_part, position,
                                                        sorted_position, m, 0, radix_bits(parts), exec.stream()));
       launch(partition_device::runs_kernel<>, grid, partition_policy::threads,
              0, exec.stream(), sorted_part, m, first, end);
       launch(partition_device::place_kernel<>, grid, partition_policy::threads,
              0, exec.stream(), sorted.data(), sorted_part,
-             sorted_position, m, first, capacity, slots.data(), flag);
+             sorted_position, m, first, capacity, slots.data(), flag, first_bad);
       GRADZIP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(scratch + at_temp, scan_bytes, flag, place, m, exec.stream()));
       launch(partition_device::spill_kernel<>, grid, partition_policy::threads,
              0, exec.stream(), sorted.data(), part, flag, place, m,
-             overflow, spill.data(), spill_parts.data(), total);
+             overflow, spill.data(), spill_parts.data(), total, first_bad);
     }
     launch_over<partition_policy>(exec, parts, partition_device::counts_kernel<>, first, end, parts,
-                                  capacity, counts.data());
-    const std::uint64_t spilled = read_word(exec, total);
+                                  capacity, counts.data(), first_bad);
+    // One wait for the total and the first bad index together; a refused input was not written
+    // (the writing kernels returned at once), as on the host.
+    std::uint64_t scalars[2] = {};
+    GRADZIP_CUDA_TRY(cudaMemcpyAsync(scalars, total, sizeof scalars, cudaMemcpyDeviceToHost, exec.stream()));
+    exec.synchronize();
+    refuse_bad_index(exec, sorted, n, scalars[1]);
+    const std::uint64_t spilled = scalars[0];
     hash::partition::split_result r;
     r.overflowed = spilled < overflow ? spilled : overflow;
     r.unplaced = spilled - r.overflowed;
@@ -336,10 +351,9 @@ struct partition_backend<cuda> {
     return value;
   }
 
-  /// Throws the host's error for split_fixed's first bad index, if prepare_kernel found one.
-  static void refuse_bad_index(cuda& exec, span<const std::uint64_t> sorted, std::uint64_t n,
-                               const unsigned long long* first_bad) {
-    const std::uint64_t j = read_word(exec, first_bad);
+  /// Throws the host's error for split_fixed's first bad index j, if prepare_kernel found one
+  /// (j is ~0 where not).
+  static void refuse_bad_index(cuda& exec, span<const std::uint64_t> sorted, std::uint64_t n, std::uint64_t j) {
     if (j == ~std::uint64_t{0}) return;
     const std::uint64_t value = read_word(exec, sorted.data() + j);
     const std::uint64_t previous = j == 0 ? 0 : read_word(exec, sorted.data() + j - 1);

@@ -1042,27 +1042,6 @@ void restore_static_shared(const std::vector<unsigned char>& image) {
   }
 }
 
-/// Launches per kernel, for launches_of and --simt-list-kernels (printed at exit, by name).
-struct launch_counts {
-  std::mutex mutex;  // its own: the stream's worker counts while the host may hold runtime_mutex
-  std::map<const void*, std::uint64_t> by_kernel;
-};
-
-launch_counts& launched() {
-  static launch_counts counts;
-  static const bool registered = [] {
-    std::atexit([] {
-      if (!config().list_kernels) return;
-      std::map<std::string, std::uint64_t> by_name;
-      for (const auto& [kernel, count] : launched().by_kernel) by_name[kernel_name(kernel)] += count;
-      for (const auto& [name, count] : by_name) std::printf("simt kernel %8llu  %s\n", static_cast<unsigned long long>(count), name.c_str());
-    });
-    return true;
-  }();
-  (void)registered;
-  return counts;
-}
-
 /// A cooperative launch: every block's fibers at once. In each round every block that has not
 /// exited runs until it parks at the grid_sync (blocks in a shuffled order under a seed), then the
 /// barrier releases them all. Each block has its own dynamic shared memory, and its own static
@@ -1124,31 +1103,44 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
   }
 }
 
-/// What --simt-record-launches writes at exit, per kernel.
+/// What the backend keeps per kernel, from every launch it accepted: launches_of reads it, and at
+/// exit --simt-list-kernels prints it and --simt-record-launches writes it. Under runtime_mutex.
 struct launch_extent {
+  std::uint64_t launches = 0;
   std::uint64_t threads = 0;        // the most threads per block of any launch
   std::size_t dynamic_shared = 0;   // the most bytes of dynamic shared memory
   long long max_dynamic_shared = -1;  // cudaFuncAttributeMaxDynamicSharedMemorySize at the launches (-1: unset)
 };
 
+void list_launched_kernels(const std::map<const void*, launch_extent>& extents) {
+  std::map<std::string, std::uint64_t> by_name;
+  for (const auto& [kernel, e] : extents) by_name[kernel_name(kernel)] += e.launches;
+  for (const auto& [name, count] : by_name) std::printf("simt kernel %8llu  %s\n", static_cast<unsigned long long>(count), name.c_str());
+}
+
+void record_launches(const std::map<const void*, launch_extent>& extents, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "gradzip SIMT: cannot write %s (%s)\n", path.c_str(), std::strerror(errno));
+    std::_Exit(1);
+  }
+  for (const auto& [kernel, e] : extents) {
+    Dl_info info{};
+    if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr) continue;  // unnamed: not in a PTX either
+    std::fprintf(f, "%s %llu %zu %lld\n", info.dli_sname, static_cast<unsigned long long>(e.threads), e.dynamic_shared,
+                 e.max_dynamic_shared);
+  }
+  std::fclose(f);
+}
+
 std::map<const void*, launch_extent>& launch_extents() {
   static std::map<const void*, launch_extent> extents;
   static const bool registered = [] {
+    runtime_mutex();  // constructed first, so destroyed after the handler runs
     std::atexit([] {
-      const std::string& path = config().record_launches;
-      if (path.empty()) return;
-      std::FILE* f = std::fopen(path.c_str(), "w");
-      if (f == nullptr) {
-        std::fprintf(stderr, "gradzip SIMT: cannot write %s (%s)\n", path.c_str(), std::strerror(errno));
-        std::_Exit(1);
-      }
-      for (const auto& [kernel, e] : launch_extents()) {
-        Dl_info info{};
-        if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr) continue;  // unnamed: not in a PTX either
-        std::fprintf(f, "%s %llu %zu %lld\n", info.dli_sname, static_cast<unsigned long long>(e.threads),
-                     e.dynamic_shared, e.max_dynamic_shared);
-      }
-      std::fclose(f);
+      std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
+      if (config().list_kernels) list_launched_kernels(launch_extents());
+      if (!config().record_launches.empty()) record_launches(launch_extents(), config().record_launches);
     });
     return true;
   }();
@@ -1158,10 +1150,6 @@ std::map<const void*, launch_extent>& launch_extents() {
 
 void run_grid(const launch_record& l) {
   const std::uint64_t launch_id = ++launch_counter;
-  {
-    std::lock_guard<std::mutex> lock(launched().mutex);
-    ++launched().by_kernel[l.kernel];
-  }
   if (l.host_pointer >= 0) {
     // A GPU faults (cudaErrorIllegalAddress) when the kernel dereferences it; here every such
     // parameter is one, whether or not the kernel reads it (gradzip passes null for unused ones).
@@ -1317,8 +1305,9 @@ cudaError_t enqueue_launch(cudaStream_t stream, launch_record&& record) {
   }
   CUstream_st* s = stream_of(stream);
   if (s == nullptr) return complain(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
-  if (!config().record_launches.empty()) {
+  {
     launch_extent& e = launch_extents()[r.kernel];
+    ++e.launches;
     e.threads = std::max(e.threads, threads);
     e.dynamic_shared = std::max(e.dynamic_shared, r.shared_bytes);
     if (opt != max_dynamic_shared().end()) e.max_dynamic_shared = std::max<long long>(e.max_dynamic_shared, opt->second);
@@ -1366,10 +1355,10 @@ std::uint64_t host_waits() {
 }
 
 std::uint64_t launches_of(const std::string& part) {
-  std::lock_guard<std::mutex> lock(launched().mutex);
+  std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
   std::uint64_t total = 0;
-  for (const auto& [kernel, count] : launched().by_kernel) {
-    if (kernel_name(kernel).find(part) != std::string::npos) total += count;
+  for (const auto& [kernel, e] : launch_extents()) {
+    if (kernel_name(kernel).find(part) != std::string::npos) total += e.launches;
   }
   return total;
 }
@@ -1396,7 +1385,7 @@ int parse_options(int argc, char** argv) {
       config().sm_count = static_cast<int>(value("--simt-sm-count="));
     } else if (a == "--simt-list-kernels") {
       config().list_kernels = true;
-      launched();
+      launch_extents();
     } else if (a.rfind("--simt-max-grid=", 0) == 0) {
       config().max_grid_x = static_cast<unsigned>(value("--simt-max-grid="));
     } else if (a.rfind("--simt-blocks-per-sm=", 0) == 0) {

@@ -61,8 +61,9 @@ std::uint64_t declined_cooperative_launches();
 /// count them to show that a path does not wait per rank or per tensor.
 std::uint64_t host_waits();
 
-/// Launches since the process began of every kernel whose demangled name contains `part`
-/// (e.g. "validate_kernel<"): tests count them to show that a path runs a pass once.
+/// Launches the backend accepted (enqueued) since the process began, of every kernel whose
+/// demangled name contains `part` (e.g. "validate_kernel<"): tests count them to show that a path
+/// runs a pass once.
 std::uint64_t launches_of(const std::string& part);
 
 /// Device memory allocated and not yet freed, in bytes (leak checks in tests).

@@ -36,6 +36,13 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(GRADZIP_SIMT_TSAN)
+#include <sanitizer/tsan_interface.h>
+extern "C" {
+void __tsan_ignore_thread_begin();
+void __tsan_ignore_thread_end();
+}
+#endif
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -55,8 +62,8 @@ namespace {
 // Fibers
 // ---------------------------------------------------------------------------------------------
 
-#if defined(GRADZIP_SIMT_ASAN)
-constexpr std::size_t stack_bytes = std::size_t{1} << 20;  // ASan's frames are several times larger
+#if defined(GRADZIP_SIMT_ASAN) || defined(GRADZIP_SIMT_TSAN)
+constexpr std::size_t stack_bytes = std::size_t{1} << 20;  // a sanitizer's frames are several times larger
 #else
 constexpr std::size_t stack_bytes = std::size_t{256} << 10;
 #endif
@@ -88,10 +95,23 @@ struct fiber_stack {
     base = static_cast<char*>(p);
     low = base + page;
     size = stack_bytes;
+#if defined(GRADZIP_SIMT_TSAN)
+    tsan_fiber = __tsan_create_fiber(0);
+#endif
   }
   fiber_stack(const fiber_stack&) = delete;
   fiber_stack& operator=(const fiber_stack&) = delete;
-  ~fiber_stack() { munmap(base, size + static_cast<std::size_t>(sysconf(_SC_PAGESIZE))); }
+  ~fiber_stack() {
+#if defined(GRADZIP_SIMT_TSAN)
+    __tsan_destroy_fiber(tsan_fiber);
+#endif
+    munmap(base, size + static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  }
+#if defined(GRADZIP_SIMT_TSAN)
+  // ThreadSanitizer's thread for every CUDA thread that runs on this stack: the same one each
+  // time, so that its shadow stack and history stay one thread's.
+  void* tsan_fiber = nullptr;
+#endif
 };
 
 enum class fiber_state : std::uint8_t { runnable, waiting, exited };
@@ -164,8 +184,61 @@ struct scheduler_context {
 #endif
   fiber* running = nullptr;
   block_run* block = nullptr;
+#if defined(GRADZIP_SIMT_TSAN)
+  void* tsan_thread = nullptr;  // ThreadSanitizer's context of the scheduler's OS thread
+#endif
 };
 thread_local scheduler_context sched;
+
+// ThreadSanitizer's view (the TSan build). Every CUDA thread runs on a TSan fiber of its own, and
+// a switch between fibers orders nothing. What orders two threads is what orders them on a GPU:
+// a __syncthreads or block collective (every arrival before every departure), a warp operation
+// (among the lanes it joined), a grid_sync; and the end of a block or launch before the start of
+// the next, since blocks run one after another here (in a cooperative launch, each block's turn
+// after the others' earlier turns: begin_turn), so TSan sees no race between blocks. Two threads
+// of a block that touch one word with no barrier between them, at least one writing and not both
+// atomically, are a race that TSan reports. The
+// scheduler's own accesses (poison, what threads post at a sync point, CUB collectives it runs
+// for them) are the hardware's: TSan ignores them.
+#if defined(GRADZIP_SIMT_TSAN)
+void order_release(const void* key) { __tsan_release(const_cast<void*>(key)); }
+void order_acquire(const void* key) { __tsan_acquire(const_cast<void*>(key)); }
+#else
+void order_release(const void*) {}
+void order_acquire(const void*) {}
+#endif
+// A block's threads start after what the scheduler did before the block (the host's work, the
+// earlier blocks) and end before what it does after. Two keys: a thread starts when first
+// resumed, after other threads of its block may have ended.
+char block_start;
+char block_end;
+char grid_keys[2];              // a cooperative launch's grid_sync, by round
+std::uint64_t grid_rounds = 0;  // grid_syncs released
+
+/// Between two blocks run one after the other: the first's threads before the second's.
+void order_blocks() {
+  order_acquire(&block_end);
+  order_release(&block_start);
+}
+
+/// For the scope of a launch: the scheduler's accesses ignored, and ordered after the host's
+/// earlier work and before its later work.
+struct scheduler_scope {
+  scheduler_scope() {
+#if defined(GRADZIP_SIMT_TSAN)
+    __tsan_ignore_thread_begin();
+#endif
+    order_release(&block_start);
+  }
+  ~scheduler_scope() {
+    order_acquire(&block_end);
+#if defined(GRADZIP_SIMT_TSAN)
+    __tsan_ignore_thread_end();
+#endif
+  }
+  scheduler_scope(const scheduler_scope&) = delete;
+  scheduler_scope& operator=(const scheduler_scope&) = delete;
+};
 
 void fiber_main();
 
@@ -214,6 +287,10 @@ void resume(fiber& f) {
 #if defined(GRADZIP_SIMT_ASAN)
   __sanitizer_start_switch_fiber(&sched.fake_stack, f.stack->low, f.stack->size);
 #endif
+#if defined(GRADZIP_SIMT_TSAN)
+  sched.tsan_thread = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(f.stack->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
 #if defined(__x86_64__)
   gradzip_simt_switch(&sched.sp, f.sp);
 #else
@@ -232,6 +309,9 @@ void yield_to_scheduler(fiber& f, bool exiting) {
   __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, sched.stack_bottom, sched.stack_size);
 #else
   (void)exiting;
+#endif
+#if defined(GRADZIP_SIMT_TSAN)
+  __tsan_switch_to_fiber(sched.tsan_thread, __tsan_switch_to_fiber_no_sync);
 #endif
 #if defined(__x86_64__)
   gradzip_simt_switch(&f.sp, sched.sp);
@@ -332,6 +412,10 @@ struct block_run {
   fiber* fibers = nullptr;
   std::uint64_t barrier_generation = 0;
   std::unordered_map<const void*, std::uint64_t> storage_generation;  // CUB TempStorage reuse rule
+  std::uint64_t rounds = 0;     // block-wide operations completed (barriers and collectives)
+  char barrier_keys[2] = {};    // what orders their participants (TSan), by round
+  std::vector<block_run>* grid = nullptr;  // a cooperative launch's blocks
+  char turn_key = 0;            // a cooperative launch: what orders this block's turns (TSan)
   bool faulted = false;
   std::string fault_message;
 
@@ -359,11 +443,28 @@ std::vector<std::unique_ptr<fiber_stack>>& stack_pool() {
   return pool;
 }
 
+/// A cooperative launch's blocks take turns on one thread, and their static __shared__ variables
+/// take turns at one address, whose accesses TSan cannot be told to forget. So in TSan's view a
+/// block's turn follows the other blocks' earlier turns (begin_turn), and TSan sees no race
+/// between blocks, as in an ordinary launch; a block's own threads stay ordered only by their
+/// barriers.
+void begin_turn(const block_run& b) {
+  if (b.grid == nullptr) return;
+  for (const block_run& other : *b.grid) {
+    if (&other != &b) order_acquire(&other.turn_key);
+  }
+}
+void end_turn(const block_run& b) {
+  if (b.grid != nullptr) order_release(&b.turn_key);
+}
+
 void fiber_main() {
 #if defined(GRADZIP_SIMT_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, &sched.stack_bottom, &sched.stack_size);
 #endif
   fiber& f = *sched.running;
+  order_acquire(&block_start);
+  begin_turn(*sched.block);
   try {
     sched.block->launch->body();
   } catch (const fault_exit&) {
@@ -372,6 +473,8 @@ void fiber_main() {
   } catch (...) {
     sched.block->raise(&f.ctx, "device code threw an exception");
   }
+  end_turn(*sched.block);
+  order_release(&block_end);
   f.state = fiber_state::exited;
   f.ctx.kind = wait_kind::none;
   f.stack->clean = true;
@@ -457,10 +560,17 @@ void complete_warp_op(block_run& b, fiber* warp_base, unsigned members) {
       default: break;  // syncwarp
     }
   }
+  unsigned parity = 0;  // of each lane's arrival, for the keys its partners take (wait)
+  for (unsigned m = members; m != 0; m &= m - 1) {
+    const unsigned lane = static_cast<unsigned>(__builtin_ctz(m));
+    parity |= ((warp_base[lane].ctx.lane_arrivals - 1) & 1u) << lane;
+  }
   for (unsigned m = members; m != 0; m &= m - 1) {
     fiber& f = warp_base[__builtin_ctz(m)];
     f.state = fiber_state::runnable;
     f.ctx.kind = wait_kind::none;
+    f.ctx.members = members;
+    f.ctx.member_parity = parity;
   }
 }
 
@@ -591,6 +701,7 @@ bool resolve_block_wide(block_run& b) {
       f.ctx.kind = wait_kind::none;
     }
   }
+  ++b.rounds;
   return true;
 }
 
@@ -722,7 +833,26 @@ bool release_grid_sync(std::vector<block_run>& blocks) {
     }
     ++b.barrier_generation;  // a grid barrier is a block barrier too (CUB's TempStorage reuse rule)
   }
+  ++grid_rounds;
   return true;
+}
+
+/// A faulted block's threads that wait at a synchronization point are abandoned, never to
+/// release their end (TSan): the scheduler takes what each released on arriving there instead,
+/// so that the host's later work (freeing what they read) follows them.
+void order_after_abandoned(const block_run& b) {
+  for (unsigned t = 0; t < b.threads; ++t) {
+    const thread_context& c = b.fibers[t].ctx;
+    for (int k = 0; k < 2; ++k) {
+      order_acquire(&c.lane_keys[k]);
+      order_acquire(&c.whole_warp_keys[k]);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    order_acquire(&b.barrier_keys[k]);
+    order_acquire(&grid_keys[k]);
+  }
+  order_acquire(&b.turn_key);
 }
 
 /// Runs one block: every thread a fiber, resumed until all have exited.
@@ -1059,6 +1189,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
   for (std::uint64_t i = 0; i < count; ++i) {
     block_run& b = blocks[i];
     b.launch = &l;
+    b.grid = &blocks;
     b.name = kernel_name(l.kernel);
     b.threads = threads;
     b.fibers = fibers.data() + i * threads;
@@ -1086,6 +1217,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
       save_static_shared(statics[i]);
       block_dynamic_shared = nullptr;
       if (o == block_outcome::stopped) {
+        for (const block_run& abandoned : blocks) order_after_abandoned(abandoned);
         report_fault(blocks[i].fault_message);
         return;
       }
@@ -1095,6 +1227,7 @@ void run_cooperative(const launch_record& l, std::uint64_t launch_id) {
     if (!release_grid_sync(blocks)) {
       for (const auto& b : blocks) {
         if (b.faulted) {
+          for (const block_run& abandoned : blocks) order_after_abandoned(abandoned);
           report_fault(b.fault_message);
           return;
         }
@@ -1149,6 +1282,7 @@ std::map<const void*, launch_extent>& launch_extents() {
 }
 
 void run_grid(const launch_record& l) {
+  const scheduler_scope scope;
   const std::uint64_t launch_id = ++launch_counter;
   if (l.host_pointer >= 0) {
     // A GPU faults (cudaErrorIllegalAddress) when the kernel dereferences it; here every such
@@ -1186,8 +1320,10 @@ void run_grid(const launch_record& l) {
     block_dynamic_shared = shared_base;
     rng thread_rng{(seed + 0x632BE59BD9B4E019ull) * (launch_id + 1) ^ (i * 0xD1B54A32D192ED03ull)};
     run_block(b, seed != 0 ? &thread_rng : nullptr);
+    order_blocks();
     block_dynamic_shared = nullptr;
     if (b.faulted) {
+      order_after_abandoned(b);
       report_fault(b.fault_message);
       return;
     }
@@ -1231,7 +1367,31 @@ void wait(wait_kind kind, unsigned mask, const char* file, int line) {
   f->ctx.file = file;
   f->ctx.line = line;
   f->state = fiber_state::waiting;
+  // What orders this thread with the others here (TSan). Every arrival releases into a key,
+  // and the thread takes, on leaving, the keys of the operation's participants: the block's
+  // (or the grid's) for a barrier; the warp's when a warp operation's mask names all 32 lanes
+  // (it completes only once all have arrived); else each joined lane's own. Keys alternate
+  // by round, so a participant that has left and arrives at its next operation adds to the
+  // other key: every participant leaves before the next operation can complete.
+  thread_context& c = f->ctx;
+  fiber* const warp_base = sched.block->fibers + (c.rank & ~31u);
+  const bool warp_op = is_warp_op(kind), whole_warp = warp_op && kind != wait_kind::activemask && mask == ~0u;
+  const void* key = whole_warp ? &warp_base->ctx.whole_warp_keys[c.whole_warp_arrivals++ & 1]
+                    : warp_op  ? &c.lane_keys[c.lane_arrivals++ & 1]
+                    : kind == wait_kind::grid_sync ? static_cast<const void*>(&grid_keys[grid_rounds & 1])
+                                                   : &sched.block->barrier_keys[sched.block->rounds & 1];
+  order_release(key);
+  if (kind == wait_kind::grid_sync) end_turn(*sched.block);
   yield_to_scheduler(*f, false);
+  if (kind == wait_kind::grid_sync) begin_turn(*sched.block);
+  if (!warp_op || whole_warp) {
+    order_acquire(key);
+    return;
+  }
+  for (unsigned m = c.members; m != 0; m &= m - 1) {
+    const unsigned lane = static_cast<unsigned>(__builtin_ctz(m));
+    order_acquire(&warp_base[lane].ctx.lane_keys[(c.member_parity >> lane) & 1]);
+  }
 }
 
 void grid_sync(const char* file, int line) {

@@ -94,6 +94,30 @@ __global__ void rotate_without_barrier_kernel(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];  // a race: no barrier
 }
 
+/// Lanes trade words through shared memory, the two halves of a warp apart: with `order`, a
+/// __syncwarp between the write and the read (CUDA's rule: lanes are not in lockstep since
+/// Volta); without it, a race.
+template <bool order>
+__global__ void warp_exchange_kernel(int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = static_cast<int>(threadIdx.x) * 5;
+  if (order) __syncwarp();
+  out[threadIdx.x] = s[threadIdx.x ^ 16u];
+}
+
+/// Thread 0 writes a word and thread 1 reads it between the same two barriers (`warp`: two
+/// __syncwarp; else two __syncthreads): a race, however the threads are ordered.
+template <bool warp>
+__global__ void race_between_barriers_kernel(int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = 1;
+  warp ? __syncwarp() : __syncthreads();
+  if (threadIdx.x == 0) s[1] = 7;
+  if (threadIdx.x == 1) out[0] = s[1];
+  warp ? __syncwarp() : __syncthreads();
+  out[threadIdx.x + 1] = s[threadIdx.x];
+}
+
 __global__ void barrier_votes_kernel(int* out) {
   const int odd = static_cast<int>(threadIdx.x % 2);
   out[threadIdx.x * 3 + 0] = __syncthreads_count(odd);
@@ -362,7 +386,14 @@ TEST_CASE("simt: __syncthreads orders shared memory, and its votes count every t
   }
 }
 
-TEST_CASE("simt: a shuffled thread order exposes a missing barrier", "[simt]") {
+#if defined(GRADZIP_SIMT_TSAN)
+// The ThreadSanitizer build reports this race and fails; it runs alone there, by its own ctest.
+#define GRADZIP_RACY_TAGS "[.race]"
+#else
+#define GRADZIP_RACY_TAGS "[simt]"
+#endif
+
+TEST_CASE("simt: a shuffled thread order exposes a missing barrier", GRADZIP_RACY_TAGS) {
   scoped_settings s;
   // Two blocks of 64 threads, so a block's previous contents can leak into the race.
   const auto racy = [&](std::uint64_t seed) {
@@ -376,6 +407,38 @@ TEST_CASE("simt: a shuffled thread order exposes a missing barrier", "[simt]") {
   for (std::uint64_t seed = 1; seed <= 4 && !differs; ++seed) differs = racy(seed) != ordered;
   CHECK(differs);
 }
+
+TEST_CASE("simt: __syncwarp orders a warp's shared memory", "[simt]") {
+  device_array<int> out(64);
+  REQUIRE(run(warp_exchange_kernel<true>, dim3(1), dim3(64), 0, out.data) == cudaSuccess);
+  const auto o = out.get();
+  for (int t = 0; t < 64; ++t) CHECK(o[t] == (t ^ 16) * 5);
+}
+
+#if defined(GRADZIP_SIMT_TSAN)
+// Races that the ThreadSanitizer build must report: their ctests pass on TSan's warning.
+TEST_CASE("simt: a missing __syncthreads is a race ThreadSanitizer reports", "[.race]") {
+  device_array<int> out(64);
+  REQUIRE(run(rotate_without_barrier_kernel, dim3(1), dim3(64), 0, out.data) == cudaSuccess);
+}
+
+TEST_CASE("simt: a missing __syncwarp is a race ThreadSanitizer reports", "[.race]") {
+  device_array<int> out(64);
+  REQUIRE(run(warp_exchange_kernel<false>, dim3(1), dim3(64), 0, out.data) == cudaSuccess);
+}
+
+// Thread 0 reaches the second barrier before thread 1 leaves the first: the second barrier's
+// arrival must not order thread 0's write before thread 1's read.
+TEST_CASE("simt: a write and a read between two __syncthreads is a race ThreadSanitizer reports", "[.race]") {
+  device_array<int> out(65);
+  REQUIRE(run(race_between_barriers_kernel<false>, dim3(1), dim3(64), 0, out.data) == cudaSuccess);
+}
+
+TEST_CASE("simt: a write and a read between two __syncwarp is a race ThreadSanitizer reports", "[.race]") {
+  device_array<int> out(33);
+  REQUIRE(run(race_between_barriers_kernel<true>, dim3(1), dim3(32), 0, out.data) == cudaSuccess);
+}
+#endif
 
 TEST_CASE("simt: __byte_perm picks bytes of y:x, or their signs, as PTX's prmt.b32 does", "[simt]") {
   const unsigned x = 0x33221100u, y = 0x77665544u;

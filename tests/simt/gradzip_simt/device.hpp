@@ -59,6 +59,15 @@
 #endif
 #endif
 
+// Whether this is the ThreadSanitizer build.
+#if defined(__SANITIZE_THREAD__)
+#define GRADZIP_SIMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GRADZIP_SIMT_TSAN 1
+#endif
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -127,6 +136,16 @@ struct thread_context {
   // The result the scheduler leaves when the operation completes.
   alignas(16) unsigned char result[16] = {};
   unsigned result_word = 0;
+  // The ThreadSanitizer build's order (runtime.cpp, wait): a completed warp operation's lanes
+  // and the parity of each one's arrival, and the keys a thread's arrivals release into (two
+  // each, alternating, so that a thread running on to its next arrival cannot add to the key
+  // of the one the others are still leaving).
+  unsigned members = 0;
+  unsigned member_parity = 0;
+  unsigned lane_arrivals = 0;        // warp operations of part of the warp
+  unsigned whole_warp_arrivals = 0;  // of the whole warp
+  unsigned char lane_keys[2] = {};
+  unsigned char whole_warp_keys[2] = {};  // lane 0's: the warp's
 };
 
 /// The calling CUDA thread; null outside kernels.
@@ -278,9 +297,21 @@ inline unsigned barrier(wait_kind kind, int predicate, const char* file, int lin
 
 template <class T, class F>
 T atomic_update(T* address, F f) {
+#if defined(GRADZIP_SIMT_TSAN)
+  // Relaxed atomics, as CUDA's: ThreadSanitizer sees them as atomic (no race between two
+  // threads' atomics), and they order nothing else.
+  T old;
+  __atomic_load(address, &old, __ATOMIC_RELAXED);
+  T desired = f(old);
+  while (!__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    desired = f(old);
+  }
+  return old;
+#else
   const T old = *address;
   *address = f(old);
   return old;
+#endif
 }
 
 }  // namespace gradzip_simt

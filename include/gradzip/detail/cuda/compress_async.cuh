@@ -11,6 +11,7 @@
 // status word records it, `*size` is 0, and `exec.check()` throws it.
 #pragma once
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/codec.hpp"
 
 namespace gradzip::detail {
@@ -44,7 +45,7 @@ void deferred_frame_kernel(std::uint8_t* out, element_type type, std::uint64_t n
                            wire::status* st) {
   const std::uint64_t k = *count;
   if (k > bound) {
-    if (st->ok()) *st = wire::fail(wire::format_errc::count_over_bound, k, bound);
+    if (!failure_recorded(st)) *st = wire::fail(wire::format_errc::count_over_bound, k, bound);
     target->emit = false;
     *size = 0;
     return;

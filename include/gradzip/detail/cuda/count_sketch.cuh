@@ -12,6 +12,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <utility>
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/sketch/count_sketch.hpp"
 
@@ -194,7 +195,7 @@ void validate_pair_kernel(std::uint8_t* into, std::uint64_t into_size, const std
                           std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns,
                           std::uint64_t seed, wire::status* st) {
   std::uint64_t a = 0, b = 0;
-  if (parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st) && threadIdx.x == 0 && st->ok()) {
+  if (parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, st) && threadIdx.x == 0 && !failure_recorded(st)) {
     wire::unseal(into);
   }
 }
@@ -205,7 +206,7 @@ __global__ __launch_bounds__(cell_policy::threads)
 void merge_kernel(std::uint8_t* into, std::uint64_t into_size, const std::uint8_t* other,
                   std::uint64_t other_size, std::uint32_t rows, std::uint64_t columns, std::uint64_t seed,
                   const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
+  if (failure_recorded(st)) return;
   std::uint64_t a = 0, b = 0;
   if (!parse_pair(into, into_size, other, other_size, rows, columns, seed, a, b, nullptr)) return;
   auto* to = reinterpret_cast<float*>(into + a);
@@ -254,7 +255,7 @@ __global__ __launch_bounds__(cell_policy::threads, estimate_min_blocks_per_sm)
 void estimate_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t rows,
                      std::uint64_t columns, std::uint64_t seed, const wire::status* st) {
   static_assert(R <= unrolled_rows, "estimate_kernel: R is 0 or a row count up to unrolled_rows");
-  if (st->code != wire::format_errc::ok) return;  // validation (or an earlier decode) failed: change nothing
+  if (failure_recorded(st)) return;  // validation (or an earlier decode) failed: change nothing
   std::uint64_t table = 0;
   if (!parse_table(bytes, size, n, rows, columns, seed, table, nullptr)) return;
   const auto* cells = reinterpret_cast<const float*>(bytes + table);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gradzip/core/element_type.hpp"
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/wire/format.hpp"
 
 namespace gradzip::detail {
@@ -81,7 +82,7 @@ void mask_sent_kernel(T* u, T* v, const T* d, std::uint64_t n) {
 template <class T>
 __global__ __launch_bounds__(elementwise_policy::threads)
 void sign_kernel(T* y, std::uint64_t n, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;  // a decode before failed: change nothing
+  if (failure_recorded(st)) return;  // a decode before failed: change nothing
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {

@@ -4,6 +4,7 @@
 // fetchsgd::accumulate, the host's fmaf sequence, so the state stays the host's bit for bit.
 #pragma once
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/detail/cuda/count_sketch.cuh"
 #include "gradzip/sketch/fetchsgd.hpp"
 
@@ -22,7 +23,7 @@ __global__ __launch_bounds__(fetchsgd_policy::threads)
 void accumulate_kernel(const std::uint8_t* summed, std::uint64_t size, std::uint64_t n,
                        std::uint32_t rows, std::uint64_t columns, std::uint64_t seed, float* velocity,
                        float* error, float momentum, float scale, float lr, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
+  if (failure_recorded(st)) return;
   std::uint64_t table = 0;
   if (!count_sketch_device::parse_table(summed, size, n, rows, columns, seed, table, nullptr)) return;
   const auto* incoming = reinterpret_cast<const float*>(summed + table);
@@ -41,7 +42,7 @@ template <class = void>
 __global__ __launch_bounds__(fetchsgd_policy::threads)
 void forget_sent_kernel(const float* delta, std::uint64_t n, std::uint32_t rows, std::uint64_t columns,
                         std::uint64_t seed, float* velocity, float* error, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
+  if (failure_recorded(st)) return;
   __shared__ count_sketch_device::row_hash_table hashes;
   hashes.load(seed, rows);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;

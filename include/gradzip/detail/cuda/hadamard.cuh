@@ -5,6 +5,7 @@
 // decoder and the inverse rotation change nothing when it fails (the executor's status word).
 #pragma once
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/detail/cuda/walsh_hadamard.cuh"
 #include "gradzip/transform/hadamard.hpp"
 
@@ -42,7 +43,7 @@ template <class T>
 __global__ __launch_bounds__(rotation_policy::threads)
 void inverse_add_kernel(const float* y, T* accum, std::uint64_t n, std::uint32_t block, std::uint64_t blocks,
                         std::uint64_t seed, float scale, float alpha, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;  // a bad payload: change nothing
+  if (failure_recorded(st)) return;  // a bad payload: change nothing
   float* v = dynamic_shared_memory<float>();
   for (std::uint64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const std::uint64_t first = b * block;

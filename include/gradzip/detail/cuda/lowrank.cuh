@@ -11,6 +11,7 @@
 // nothing after a failure: a bad payload changes no state, and exec.check() reports it.
 #pragma once
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/lowrank/powersgd.hpp"
 
 namespace gradzip::detail {
@@ -19,7 +20,7 @@ namespace gradzip::detail {
 /// products.
 using lowrank_policy = launch_policy<256, 1, 8>;
 
-__device__ inline bool lowrank_failed(const wire::status* st) { return st != nullptr && !st->ok(); }
+__device__ inline bool lowrank_failed(const wire::status* st) { return st != nullptr && failure_recorded(st); }
 
 /// The sum over the warp in the canonical butterfly: every lane gets lane 0's value.
 __device__ inline float warp_butterfly(float v) {

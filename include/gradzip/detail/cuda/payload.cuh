@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/detail/cuda/vector_load.cuh"
 #include "gradzip/detail/values.hpp"
 #include "gradzip/quantize/bit_packing.hpp"
@@ -55,18 +56,6 @@ void write_frame_kernel(frame_task<Codec> task) {
   task(threadIdx.x, blockDim.x);
 }
 
-/// Records the first failure: only the thread that claims the empty word writes the numbers. For
-/// failures only one thread can meet (a frame checked by one thread); where many threads check
-/// many positions, note_failure and settle pick the one the host reports.
-__device__ inline void record_failure(wire::status* st, const wire::status& s) {
-  auto* code = reinterpret_cast<unsigned int*>(&st->code);
-  if (atomicCAS(code, 0u, static_cast<unsigned int>(s.code)) == 0u) {
-    st->a = s.a;
-    st->b = s.b;
-    st->c = s.c;
-  }
-}
-
 /// Notes that position p failed the validation pass in flight. The lowest position wins whatever
 /// order the threads run in; settle() then reports that position's failure, as the host does.
 __device__ inline void note_failure(unsigned long long* pending, std::uint64_t p) { atomicMin(pending, p); }
@@ -78,7 +67,7 @@ __global__ __launch_bounds__(1)
 void settle_kernel(Recheck recheck, wire::status* st, unsigned long long* pending) {
   const unsigned long long p = *pending;
   if (p == cuda::no_failure) return;
-  if (st->ok()) *st = recheck(p);
+  if (!failure_recorded(st)) *st = recheck(p);
   *pending = cuda::no_failure;
 }
 
@@ -128,9 +117,6 @@ void parse_kernel(const std::uint8_t* bytes, std::uint64_t size, std::uint64_t o
   *view = v;
 }
 
-/// Whether the decode in flight may go on: no failure recorded, so the view is valid.
-__device__ inline bool decoding_ok(const wire::status* st) { return st->code == wire::format_errc::ok; }
-
 /// validate_kernel's element check, for settle.
 template <class Codec>
 struct element_recheck {
@@ -141,7 +127,7 @@ struct element_recheck {
 template <class T>
 __global__ __launch_bounds__(decode_policy::threads)
 void zero_if_ok_kernel(T* out, std::uint64_t n, const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;
+  if (failure_recorded(st)) return;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -266,7 +252,7 @@ using code_check_policy = launch_policy<256, 32, 8>;
 template <class Codec>
 __global__ __launch_bounds__(decode_policy::threads)
 void validate_kernel(const payload_view* view, const wire::status* st, unsigned long long* pending) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   const std::uint64_t first_thread = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -305,7 +291,7 @@ __global__ __launch_bounds__(dense_apply_policy::threads)
 void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float alpha, bool overwrite,
                         const wire::status* st) {
   static_assert(dense_apply_policy::items_per_thread == 8, "dense_apply_kernel: runs of 8 (load_run)");
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   const std::uint64_t runs = (n + 7) / 8, stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   const std::uint64_t first_run = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -351,7 +337,7 @@ void dense_apply_kernel(const payload_view* view, T* out, std::uint64_t n, float
 template <class Codec, class T>
 __global__ __launch_bounds__(decode_policy::threads)
 void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wire::status* st) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   if (Codec::staged && v.index_encoding != encode::coo::id) return;  // the bitmap or delta kernels' work
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -371,7 +357,7 @@ void sparse_apply_kernel(const payload_view* view, T* out, float alpha, const wi
 template <class = void>
 __global__ __launch_bounds__(decode_policy::threads)
 void bitmap_count_kernel(const payload_view* view, std::uint64_t out_size, std::uint64_t* counts, wire::status* st) {
-  const bool bitmap = decoding_ok(st) && view->index_encoding == encode::bitmap::id;
+  const bool bitmap = !failure_recorded(st) && view->index_encoding == encode::bitmap::id;
   const std::uint8_t* indices = bitmap ? view->indices : nullptr;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
@@ -390,7 +376,7 @@ template <class = void>
 __global__ __launch_bounds__(1)
 void bitmap_total_kernel(const payload_view* view, std::uint64_t out_size, const std::uint64_t* counts,
                          const std::uint64_t* first, wire::status* st) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   if (view->index_encoding != encode::bitmap::id) return;
   const std::uint64_t words = encode::bitmap::words(out_size);
   const std::uint64_t total = words == 0 ? 0 : first[words - 1] + counts[words - 1];
@@ -401,7 +387,7 @@ template <class Codec, class T>
 __global__ __launch_bounds__(decode_policy::threads)
 void bitmap_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha,
                          const std::uint64_t* first, const wire::status* st) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   if (v.index_encoding != encode::bitmap::id) return;
   const std::uint64_t words = encode::bitmap::words(out_size);
@@ -426,7 +412,7 @@ template <class = void>
 __global__ __launch_bounds__(decode_policy::threads)
 void delta_validate_kernel(const payload_view* view, std::uint64_t out_size, const wire::status* st,
                            unsigned long long* pending) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   if (v.index_encoding != encode::delta_varint::id) return;
   const std::uint64_t chunks = encode::delta_varint::chunks(v.count);
@@ -447,7 +433,7 @@ struct chunk_recheck {
 template <class Codec, class T>
 __global__ __launch_bounds__(decode_policy::threads)
 void delta_apply_kernel(const payload_view* view, T* out, std::uint64_t out_size, float alpha, const wire::status* st) {
-  if (!decoding_ok(st)) return;
+  if (failure_recorded(st)) return;
   const payload_view v = *view;
   if (v.index_encoding != encode::delta_varint::id) return;
   const std::uint64_t chunks = encode::delta_varint::chunks(v.count);

@@ -4,6 +4,7 @@
 // a shuffle-down tree), so the bytes equal the host's. No atomics, no host synchronization.
 #pragma once
 
+#include "gradzip/detail/cuda/status_word.cuh"
 #include "gradzip/detail/cuda/walsh_hadamard.cuh"
 #include "gradzip/hash/simhash.hpp"
 
@@ -149,7 +150,7 @@ __global__ __launch_bounds__(simhash_policy::threads)
 void apply_kernel(const std::uint8_t* bytes, std::uint64_t size, T* out, std::uint64_t n, std::uint32_t block,
                   std::uint32_t bits, std::uint64_t seed, float alpha, double sqrt_block,
                   const wire::status* st) {
-  if (st->code != wire::format_errc::ok) return;  // validation failed: change nothing
+  if (failure_recorded(st)) return;  // validation failed: change nothing
   float* u = dynamic_shared_memory<float>();
   sh::frame& f = shared_frame();
   if (!parse_frame(bytes, size, n, element_traits<T>::type, block, bits, seed, f, nullptr)) return;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -32,6 +33,19 @@ inline void harness_expects(bool ok, const char* what) {
   std::fprintf(stderr, "thread_communicator: %s\n", what);
   std::abort();
 }
+
+#define GRADZIP_TEST_STRING_(x) #x
+#define GRADZIP_TEST_STRING(x) GRADZIP_TEST_STRING_(x)
+#define GRADZIP_TEST_WHERE __FILE__ ":" GRADZIP_TEST_STRING(__LINE__) ": "
+
+/// CHECK(expression) inside an on_ranks body: a failure is reported, with the rank, file and
+/// line, on the test's thread once the ranks finish. Returns whether it held.
+#define RANK_CHECK(...) ::gradzip_test::rank_check(static_cast<bool>(__VA_ARGS__), GRADZIP_TEST_WHERE #__VA_ARGS__)
+
+/// CHECK_THROWS_WITH(expression, Catch::Contains(text)) inside an on_ranks body. The message is
+/// compared in double quotes, so a text that starts and ends with \" must match it whole.
+#define RANK_CHECK_THROWS_WITH(expression, text) \
+  ::gradzip_test::rank_check_throws_with([&] { static_cast<void>(expression); }, text, GRADZIP_TEST_WHERE #expression)
 
 /// What the ranks of one in-process "job" share.
 struct shared_state {
@@ -189,23 +203,55 @@ class thread_communicator final : public comm::communicator {
   int corrupt_at_;
 };
 
+/// Failed checks of the calling rank's thread, in an on_ranks body (null elsewhere).
+inline thread_local std::vector<std::string>* rank_failures = nullptr;
+
+/// RANK_CHECK's work: notes `what` for the calling rank when ok is false; returns ok.
+inline bool rank_check(bool ok, const char* what) {
+  harness_expects(rank_failures != nullptr, "RANK_CHECK outside an on_ranks body");
+  if (!ok) rank_failures->push_back(what);
+  return ok;
+}
+
+/// RANK_CHECK_THROWS_WITH's work: f() must throw a std::exception whose message contains `text`.
+template <class F>
+void rank_check_throws_with(F&& f, const std::string& text, const char* what) {
+  std::string thrown = "nothing";
+  try {
+    f();
+  } catch (const std::exception& e) {
+    thrown = std::string("\"") + e.what() + "\"";
+    if (thrown.find(text) != std::string::npos) return;
+  }
+  rank_check(false, (std::string(what) + " threw " + thrown + ", which does not contain \"" + text + "\"").c_str());
+}
+
 /// Runs body(rank, communicator) on `ranks` threads; returns each rank's exception message ("" if none).
+/// Checks inside the body use RANK_CHECK and RANK_CHECK_THROWS_WITH, never Catch's assertions:
+/// Catch 2's are not thread-safe, and a REQUIRE that throws on one rank leaves the others waiting
+/// at their next collective. Their failures are reported here, on the test's thread.
 inline std::vector<std::string> on_ranks(int ranks, int corrupt_from, const std::function<void(int, comm::communicator&)>& body,
                                   bool exchange = true, bool corrupt_exchange = false, int corrupt_at = -1) {
   shared_state s(ranks);
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<std::string>> failures(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
+      rank_failures = &failures[static_cast<std::size_t>(r)];
       thread_communicator c(s, r, corrupt_from, exchange, corrupt_exchange, corrupt_at);
       try {
         body(r, c);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
+      rank_failures = nullptr;
     });
   }
   for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    for (const auto& f : failures[static_cast<std::size_t>(r)]) FAIL_CHECK("rank " << r << ": " << f);
+  }
   return errors;
 }
 

@@ -193,6 +193,7 @@ inline constexpr bool has_extrema_stats = fast_path_of<extrema_functions, extrem
 /// The values of N codes of one bucket, each handed to `use(l, value)` as it is made: by
 /// `decode_in_range` where the stage has it and every code qualifies (a vectorized pass over the
 /// codes on the host), else by `decode`.
+GRADZIP_EXEC_CHECK_DISABLE
 template <class Values, class Code, int N, class Use>
 GRADZIP_HOST_DEVICE inline void for_each_decoded(const Code (&code)[N], const typename Values::record& record,
                                                  Use use) {

@@ -139,7 +139,7 @@ struct structure_backend<host, sparsify::sampled_topk> {
       // Each sample is a cache line of its own (n / size elements apart): its load is prefetched
       // `ahead` samples before it is read, so that many misses are in flight, not a few.
       constexpr std::uint64_t ahead = 16;
-      std::uint64_t pending[ahead];
+      std::uint64_t pending[ahead] = {};  // each read after its write; nvcc cannot see that (#549)
       const auto read = [&](std::uint64_t j) {
         keys[j] = sparsify::detail::magnitude_key(static_cast<float>(to_float(x[pending[j % ahead]])));
       };

@@ -54,21 +54,26 @@
 #define GRADZIP_NCCL_TRY(call) GRADZIP_NCCL_CHECK_STATUS(call, #call)
 
 namespace gradzip::comm::detail {
+/// Whether `result` is ncclInProgress (NCCL 2.14 on; before it, no call is ever in progress).
+constexpr bool nccl_in_progress(ncclResult_t result) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  return result == ncclInProgress;
+#else
+  return (void)result, false;
+#endif
+}
+
 /// A call's result on `comm`: ncclInProgress (a nonblocking communicator's call still being
 /// issued) becomes the call's outcome, read from ncclCommGetAsyncError once it stops saying
 /// ncclInProgress. NCCL requires that before the communicator's next call.
 inline ncclResult_t nccl_settled(ncclComm_t comm, ncclResult_t result) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-  while (result == ncclInProgress) {
+  while (nccl_in_progress(result)) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
     if (queried != ncclSuccess) return queried;
     result = state;
-    if (result == ncclInProgress) std::this_thread::yield();
+    if (nccl_in_progress(result)) std::this_thread::yield();
   }
-#else
-  (void)comm;
-#endif
   return result;
 }
 }  // namespace gradzip::comm::detail
@@ -107,7 +112,8 @@ class nccl_communicator final : public communicator {
   nccl_communicator(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
     // A nonblocking communicator may still be initializing.
-    GRADZIP_NCCL_CHECK_STATUS(detail::nccl_settled(comm_, ncclInProgress), "nccl_communicator: the communicator's initialization");
+    GRADZIP_NCCL_CHECK_STATUS(detail::nccl_settled(comm_, ncclInProgress),
+                              "nccl_communicator: the communicator's initialization");
 #endif
     GRADZIP_NCCL_TRY_ON(comm_, ncclCommUserRank(comm_, &rank_));
     GRADZIP_NCCL_TRY_ON(comm_, ncclCommCount(comm_, &size_));
@@ -198,13 +204,16 @@ class nccl_communicator final : public communicator {
       const cudaError_t done = cudaStreamQuery(stream_);
       ncclResult_t state = ncclSuccess;
       GRADZIP_NCCL_TRY(ncclCommGetAsyncError(comm_, &state));
-      if (state != ncclSuccess && state != ncclInProgress) {
+      if (state != ncclSuccess && !detail::nccl_in_progress(state)) {
         throw cuda_error(gradzip::detail::concat("nccl_communicator::", what, ": NCCL reported an asynchronous error (",
                                                  ncclGetErrorString(state), last_error(),
                                                  "): abort the communicator (ncclCommAbort)"));
       }
       if (done == cudaSuccess) return;
-      if (done != cudaErrorNotReady) GRADZIP_CUDA_TRY(done);
+      if (done != cudaErrorNotReady) {
+        throw cuda_error(gradzip::detail::concat("nccl_communicator::", what, ": cudaStreamQuery failed: ",
+                                                 cudaGetErrorName(done), " (", cudaGetErrorString(done), ")"));
+      }
       std::this_thread::yield();
     }
   }

@@ -64,6 +64,30 @@ void one_rank(const Codec& c, bool feedback) {
   }
 }
 
+/// alltoall_sizes and alltoallv_bytes on one rank: its part comes back to it whole.
+void alltoall_to_self(one_rank_nccl& one) {
+  gz::comm::nccl_communicator comm{one.nccl, one.stream};
+  const std::vector<std::uint64_t> mine{37};
+  std::vector<std::uint64_t> theirs{0};
+  comm.alltoall_sizes(gz::span<const std::uint64_t>(mine.data(), 1), gz::span<std::uint64_t>(theirs.data(), 1));
+  CHECK(theirs[0] == 37);
+  std::vector<std::byte> part(37);
+  for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<std::byte>(i * 5 + 1);
+  std::byte* d_send = nullptr;
+  std::byte* d_recv = nullptr;
+  GRADZIP_CUDA_TRY(cudaMalloc(&d_send, part.size()));
+  GRADZIP_CUDA_TRY(cudaMalloc(&d_recv, part.size()));
+  GRADZIP_CUDA_TRY(cudaMemcpy(d_send, part.data(), part.size(), cudaMemcpyHostToDevice));
+  comm.alltoallv_bytes(gz::span<const std::byte>(d_send, part.size()), gz::span<const std::uint64_t>(mine.data(), 1),
+                       gz::span<std::byte>(d_recv, part.size()), gz::span<const std::uint64_t>(theirs.data(), 1));
+  GRADZIP_CUDA_TRY(cudaStreamSynchronize(one.stream));
+  std::vector<std::byte> got(part.size());
+  GRADZIP_CUDA_TRY(cudaMemcpy(got.data(), d_recv, got.size(), cudaMemcpyDeviceToHost));
+  CHECK(got == part);
+  cudaFree(d_send);
+  cudaFree(d_recv);
+}
+
 }  // namespace
 
 TEST_CASE("nccl allreducer on one rank equals the codec's own round trip", "[gpu]") {
@@ -81,26 +105,5 @@ TEST_CASE("nccl alltoall_sizes and alltoallv_bytes deliver a rank's part to itse
     return;
   }
   one_rank_nccl one;
-  {
-    gz::comm::nccl_communicator comm{one.nccl, one.stream};
-    const std::vector<std::uint64_t> mine{37};
-    std::vector<std::uint64_t> theirs{0};
-    comm.alltoall_sizes(gz::span<const std::uint64_t>(mine.data(), 1), gz::span<std::uint64_t>(theirs.data(), 1));
-    CHECK(theirs[0] == 37);
-    std::vector<std::byte> part(37);
-    for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<std::byte>(i * 5 + 1);
-    std::byte* d_send = nullptr;
-    std::byte* d_recv = nullptr;
-    GRADZIP_CUDA_TRY(cudaMalloc(&d_send, part.size()));
-    GRADZIP_CUDA_TRY(cudaMalloc(&d_recv, part.size()));
-    GRADZIP_CUDA_TRY(cudaMemcpy(d_send, part.data(), part.size(), cudaMemcpyHostToDevice));
-    comm.alltoallv_bytes(gz::span<const std::byte>(d_send, part.size()), gz::span<const std::uint64_t>(mine.data(), 1),
-                         gz::span<std::byte>(d_recv, part.size()), gz::span<const std::uint64_t>(theirs.data(), 1));
-    GRADZIP_CUDA_TRY(cudaStreamSynchronize(one.stream));
-    std::vector<std::byte> got(part.size());
-    GRADZIP_CUDA_TRY(cudaMemcpy(got.data(), d_recv, got.size(), cudaMemcpyDeviceToHost));
-    CHECK(got == part);
-    cudaFree(d_send);
-    cudaFree(d_recv);
-  }
+  alltoall_to_self(one);
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 struct ncclComm {
@@ -25,8 +26,10 @@ struct pending_op {
   cudaStream_t stream;
 };
 
-// ncclGroupStart's nesting and the group's point-to-point calls, per thread, as NCCL keeps them.
+// ncclGroupStart's nesting, the communicator the group's calls were made on, and its
+// point-to-point calls, per thread, as NCCL keeps them.
 thread_local int group_depth = 0;
+thread_local ncclComm_t group_comm = nullptr;
 thread_local std::vector<pending_op> sends, recvs;
 
 std::size_t type_bytes(ncclDataType_t type) {
@@ -39,10 +42,15 @@ std::size_t type_bytes(ncclDataType_t type) {
   }
 }
 
-/// A call's start: counts one made before the last finished, and starts this one's progress.
+/// A call's start: counts one made before the last finished, and starts this one's progress (a
+/// call inside a group is in progress from the group's end).
 ncclResult_t issue(ncclComm_t comm) {
   if (comm->in_progress) ++comm->counts.calls_while_in_progress;
-  if (group_depth > 0 || comm->script.in_progress_polls == 0) return ncclSuccess;
+  if (group_depth > 0) {
+    group_comm = comm;
+    return ncclSuccess;
+  }
+  if (comm->script.in_progress_polls == 0) return ncclSuccess;
   comm->in_progress = true;
   comm->polls_left = comm->script.in_progress_polls;
   return ncclInProgress;
@@ -149,21 +157,21 @@ ncclResult_t ncclGroupStart() {
   return ncclSuccess;
 }
 
-/// The outermost end pairs the group's sends with its receives, in order, and copies each.
+/// The outermost end pairs the group's sends with its receives, in order, and copies each; the
+/// group is then one call in progress on its communicator.
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return ncclInvalidUsage;
   if (--group_depth > 0) return ncclSuccess;
   std::vector<pending_op> s, r;
   s.swap(sends);
   r.swap(recvs);
+  const ncclComm_t comm = std::exchange(group_comm, nullptr);
   if (s.size() != r.size()) return ncclInvalidUsage;
-  ncclComm_t comm = nullptr;
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i].bytes != r[i].bytes || s[i].comm != r[i].comm) return ncclInvalidUsage;
     if (cudaMemcpyAsync(r[i].buffer, s[i].buffer, s[i].bytes, cudaMemcpyDeviceToDevice, s[i].stream) != cudaSuccess) {
       return ncclInvalidArgument;
     }
-    comm = s[i].comm;
   }
   return comm == nullptr ? ncclSuccess : issue(comm);
 }
